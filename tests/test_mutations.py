@@ -1,0 +1,201 @@
+"""Mutation tests: break one pattern in a rendered project, and its generated tests must fail.
+
+Each mutation is a textual patch of the all-on project's source. The patch asserts that the
+text it replaces is there exactly once, so a change to the template cannot silently turn a
+mutation into a no-op; when that assertion fires, update the mutation to the new text.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from copier import run_copy
+
+TEMPLATE = Path(__file__).resolve().parents[1]
+PACKAGE = "image_classifier"
+
+pytestmark = pytest.mark.mutation
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    file: str  # in src/<package>/
+    old: str
+    new: str
+    test: str  # the generated test file that must catch it
+
+    def apply(self, project: Path) -> None:
+        path = project / "src" / PACKAGE / self.file
+        source = path.read_text()
+        count = source.count(self.old)
+        assert count == 1, f"{self.name}: expected {self.old!r} once in {self.file}, found {count}"
+        path.write_text(source.replace(self.old, self.new))
+
+
+MUTATIONS = [
+    Mutation(
+        "loss divided by accum_steps * batch_size, not the window's samples",
+        "train.py",
+        "loss = loss_sum / window_samples(run.batches_done, batches, samples, config)",
+        "loss = loss_sum / (config.accum_steps * config.batch_size)",
+        "test_grad_accum.py",
+    ),
+    Mutation(
+        "validation without inference_mode",
+        "train.py",
+        "@torch.inference_mode()\ndef evaluate(",
+        "def evaluate(",
+        "test_validation.py",
+    ),
+    Mutation(
+        "validation in train mode",
+        "train.py",
+        "    net.eval()\n",
+        "    net.train()\n",
+        "test_validation.py",
+    ),
+    Mutation(
+        "validation does not restore the training mode",
+        "train.py",
+        "        net.train(was_training)\n",
+        "        pass\n",
+        "test_validation.py",
+    ),
+    Mutation(
+        "live loss accumulated (no detach)",
+        "train.py",
+        "run.loss_sum += loss_sum.detach()",
+        "run.loss_sum += loss_sum",
+        "test_loop.py",
+    ),
+    Mutation(
+        "clip before unscale_",
+        "train.py",
+        "    run.scaler.unscale_(run.optimizer)",
+        "    torch.nn.utils.clip_grad_norm_(run.net.parameters(), run.config.grad_clip)\n"
+        "    run.scaler.unscale_(run.optimizer)",
+        "test_amp.py",
+    ),
+    Mutation(
+        "optimizer stepped directly, bypassing the scaler's inf check",
+        "train.py",
+        "run.scaler.step(run.optimizer)",
+        "run.optimizer.step()",
+        "test_amp.py",
+    ),
+    Mutation(
+        "deprecated torch.cuda.amp.GradScaler",
+        "train.py",
+        "torch.amp.GradScaler(device.type, ",
+        "torch.cuda.amp.GradScaler(",
+        "test_amp.py",
+    ),
+    Mutation(
+        "bf16 gets a GradScaler",
+        "train.py",
+        'GradScaler(device.type, enabled=config.precision == "fp16")',
+        'GradScaler(device.type, enabled=config.precision != "fp32")',
+        "test_amp.py",
+    ),
+    Mutation(
+        "set_epoch is a no-op",
+        "data.py",
+        "        self.epoch = epoch\n",
+        "        pass\n",
+        "test_data.py",
+    ),
+    Mutation(
+        "augmentation ignores the epoch",
+        "data.py",
+        "np.random.default_rng((self.seed, epoch, index))",
+        "np.random.default_rng((self.seed, index))",
+        "test_data.py",
+    ),
+    Mutation(
+        "frozen backbone follows model.train()",
+        "model.py",
+        "            self.backbone.eval()\n",
+        "            pass\n",
+        "test_frozen_backbone.py",
+    ),
+    Mutation(
+        "reentrant activation checkpointing",
+        "model.py",
+        "checkpoint(self.convs, x, use_reentrant=False)",
+        "checkpoint(self.convs, x, use_reentrant=True)",
+        "test_activation_checkpointing.py",
+    ),
+    Mutation(
+        "torch RNG not seeded",
+        "train.py",
+        "    torch.manual_seed(seed)",
+        "    torch.seed()",
+        "test_determinism.py",
+    ),
+    Mutation(
+        "profiler schedule repeats",
+        "profiling.py",
+        "repeat=1)",
+        "repeat=0)",
+        "test_profiling.py",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory) -> Path:
+    """The all-on project, rendered once from the working tree (uncommitted changes too)."""
+    project = tmp_path_factory.mktemp("rendered") / "all"
+    run_copy(
+        str(TEMPLATE),
+        str(project),
+        data={"package_name": PACKAGE},
+        defaults=True,
+        quiet=True,
+        unsafe=False,
+        vcs_ref="HEAD",
+    )
+    return project
+
+
+def pytest_in(project: Path, *tests: str) -> subprocess.CompletedProcess:
+    """Run the project's own pytest on some of its test files."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("PYTHONPATH", None)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
+        + [f"tests/{test}" for test in tests],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_unpatched_project_passes_the_mutation_targets(rendered):
+    """The tests that must catch the mutations pass on the project as rendered."""
+    result = pytest_in(rendered, *sorted({m.test for m in MUTATIONS}))
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+
+
+@pytest.mark.parametrize("mutation", MUTATIONS, ids=lambda m: m.name)
+def test_generated_tests_catch_the_mutation(rendered, tmp_path, mutation):
+    """The generated test file for the pattern fails once the pattern is broken."""
+    project = tmp_path / "project"
+    shutil.copytree(rendered, project)
+    mutation.apply(project)
+    result = pytest_in(project, mutation.test)
+    # Exit code 1: tests ran and failed (2 or more would be a collection or usage error).
+    assert result.returncode == 1, (
+        f"{mutation.test} did not catch: {mutation.name}\n"
+        + result.stdout[-4000:]
+        + result.stderr[-2000:]
+    )
