@@ -203,7 +203,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def rendered(template: Path, tmp_path_factory: pytest.TempPathFactory):
+def render_at(template: Path, tmp_path_factory: pytest.TempPathFactory):
     """render(ref, dst=None, **answers): a fresh render, cached; copied to ``dst`` if given."""
     cache: dict[tuple, Path] = {}
 
@@ -249,18 +249,18 @@ def user_edits(project: Path) -> None:
     (pkg / "my_data.py").write_text('"""My own dataset: my edit."""\n\nROOT = "/data/mine"\n')
 
 
-def edited_project(rendered, ref: str, dst: Path, **data) -> Path:
+def edited_project(render_at, ref: str, dst: Path, **data) -> Path:
     """A committed project at ``ref`` with the user's edits committed on top."""
-    project = rendered(ref, dst, **data)
+    project = render_at(ref, dst, **data)
     commit_all(project, "Render the template")
     user_edits(project)
     commit_all(project, "My edits")
     return project
 
 
-def expected(rendered, ref: str, dst: Path, **data) -> Path:
+def expected(render_at, ref: str, dst: Path, **data) -> Path:
     """What an edited project must be after an update: a fresh render with the same edits."""
-    project = rendered(ref, dst, **data)
+    project = render_at(ref, dst, **data)
     user_edits(project)
     return project
 
@@ -284,8 +284,8 @@ def test_template_needs_no_trust(template: Path):
         assert not unsafe, f"{path.name} has {unsafe}: updates would need --trust"
 
 
-def test_update_keeps_user_edits_and_brings_template_fixes(rendered, tmp_path: Path):
-    project = edited_project(rendered, "v0.1.0", tmp_path / "project")
+def test_update_keeps_user_edits_and_brings_template_fixes(render_at, tmp_path: Path):
+    project = edited_project(render_at, "v0.1.0", tmp_path / "project")
     before = answers(project)
     update(project, "v0.2.0")
 
@@ -293,37 +293,37 @@ def test_update_keeps_user_edits_and_brings_template_fixes(rendered, tmp_path: P
     pkg = project / "src" / PKG
     assert "a hidden layer: my edit" in (pkg / "model.py").read_text()
     assert (pkg / "my_data.py").read_text().startswith('"""My own dataset: my edit.')
-    old = rendered("v0.1.0") / "src" / PKG
+    old = render_at("v0.1.0") / "src" / PKG
     assert (pkg / "train.py").read_text() != (old / "train.py").read_text(), "fix did not arrive"
     assert (pkg / "summary.py").read_text() == SUMMARY
     assert answers(project) == {**before, "_commit": "v0.2.0"}
-    assert_same_tree(project, expected(rendered, "v0.2.0", tmp_path / "expected"))
+    assert_same_tree(project, expected(render_at, "v0.2.0", tmp_path / "expected"))
     # The update leaves its changes for the user to review: not committed, nothing conflicted.
     status = git(project, "status", "--porcelain")
     assert status and not re.search(r"^(UU|AA|DU|UD) ", status, flags=re.MULTILINE), status
 
 
-def test_unmodified_project_updates_to_a_fresh_render(rendered, tmp_path: Path):
-    project = rendered("v0.1.0", tmp_path / "project")
+def test_unmodified_project_updates_to_a_fresh_render(render_at, tmp_path: Path):
+    project = render_at("v0.1.0", tmp_path / "project")
     commit_all(project, "Render the template")
     update(project, "v0.2.0")
-    assert_same_tree(project, rendered("v0.2.0"))
+    assert_same_tree(project, render_at("v0.2.0"))
 
 
-def test_update_with_other_answers_equals_fresh_render(rendered, tmp_path: Path):
-    """A project rendered with non-default answers keeps them through an update."""
+def test_update_with_other_answers_equals_fresh_render(render_at, tmp_path: Path):
+    """A project render_at with non-default answers keeps them through an update."""
     off = dict(amp=False, ddp=False, grad_accum=False, checkpointing=False, profiling=False)
     off.update(deterministic=False, project_name="Shape Net", author="A. Person")
     off.update(python_min="3.12")
-    project = rendered("v0.1.0", tmp_path / "project", **off)
+    project = render_at("v0.1.0", tmp_path / "project", **off)
     commit_all(project, "Render the template")
     update(project, "v0.2.0")
-    assert_same_tree(project, rendered("v0.2.0", **off))
+    assert_same_tree(project, render_at("v0.2.0", **off))
 
 
-def test_same_line_changed_by_both_is_marked_as_a_conflict(rendered, tmp_path: Path):
+def test_same_line_changed_by_both_is_marked_as_a_conflict(render_at, tmp_path: Path):
     """Where user and template change one line, update marks it inline for the user to resolve."""
-    project = rendered("v0.1.0", tmp_path / "project")
+    project = render_at("v0.1.0", tmp_path / "project")
     commit_all(project, "Render the template")
     config = project / "src" / PKG / "config.py"
     edit(config, r"(weight_decay: float = option\()([^,]+)", r"\g<1>0.01", "user's weight decay")
@@ -340,8 +340,8 @@ def test_same_line_changed_by_both_is_marked_as_a_conflict(rendered, tmp_path: P
     assert not any(b"<<<<<<<" in data for data, _ in others.values())
 
 
-def test_turning_amp_off_removes_exactly_its_code(rendered, tmp_path: Path):
-    project = edited_project(rendered, "v0.2.0", tmp_path / "project")
+def test_turning_amp_off_removes_exactly_its_code(render_at, tmp_path: Path):
+    project = edited_project(render_at, "v0.2.0", tmp_path / "project")
     # The command docs/versioning.md gives, through the command line: no version change.
     cli = [sys.executable, "-m", "copier", "update", "--defaults", "--vcs-ref", ":current:"]
     cli += ["--data", "amp=false", "--quiet"]
@@ -349,7 +349,7 @@ def test_turning_amp_off_removes_exactly_its_code(rendered, tmp_path: Path):
     assert done.returncode == 0, done.stderr
 
     assert_no_conflicts(project)
-    assert_same_tree(project, expected(rendered, "v0.2.0", tmp_path / "expected", amp=False))
+    assert_same_tree(project, expected(render_at, "v0.2.0", tmp_path / "expected", amp=False))
     for name, (data, _) in tree(project / "src").items():
         for word in (b"autocast", b"GradScaler", b"scaler", b"--precision", b"precision:"):
             assert word not in data, f"{name} still has {word!r} with amp off"
@@ -363,8 +363,8 @@ def test_turning_amp_off_removes_exactly_its_code(rendered, tmp_path: Path):
     assert "a hidden layer: my edit" in (pkg / "model.py").read_text()
 
 
-def test_turning_checkpointing_off_and_on(rendered, tmp_path: Path):
-    project = edited_project(rendered, "v0.2.0", tmp_path / "project")
+def test_turning_checkpointing_off_and_on(render_at, tmp_path: Path):
+    project = edited_project(render_at, "v0.2.0", tmp_path / "project")
     pkg = project / "src" / PKG
 
     update(project, "v0.2.0", checkpointing=False)
@@ -373,14 +373,14 @@ def test_turning_checkpointing_off_and_on(rendered, tmp_path: Path):
     for name, (data, _) in tree(project / "src").items():
         for word in (b"checkpoint.", b"--resume", b"resume:", b"save_every", b"keep_last"):
             assert word not in data, f"{name} still has {word!r} with checkpointing off"
-    off = expected(rendered, "v0.2.0", tmp_path / "expected-off", checkpointing=False)
+    off = expected(render_at, "v0.2.0", tmp_path / "expected-off", checkpointing=False)
     assert_same_tree(project, off)
     commit_all(project, "Checkpointing off")
 
     update(project, "v0.2.0", checkpointing=True)
     assert_no_conflicts(project)
     assert (pkg / "checkpoint.py").exists()
-    assert_same_tree(project, expected(rendered, "v0.2.0", tmp_path / "expected-on"))
+    assert_same_tree(project, expected(render_at, "v0.2.0", tmp_path / "expected-on"))
 
 
 @pytest.mark.parametrize("combo", ["defaults", "all-off"])
@@ -407,10 +407,10 @@ def test_rendering_is_deterministic(template: Path, tmp_path: Path, combo: str):
         assert not year.search(text), f"{name} holds the year {today.year}"
 
 
-def test_old_checkpoint_format_is_refused_by_name(rendered, tmp_path: Path):
+def test_old_checkpoint_format_is_refused_by_name(render_at, tmp_path: Path):
     """After an update to a new checkpoint format, resuming an old checkpoint fails clearly."""
     torch = pytest.importorskip("torch")
-    project = rendered("v0.2.0", tmp_path / "project")
+    project = render_at("v0.2.0", tmp_path / "project")
     commit_all(project, "Render the template")
     text = (project / "src" / PKG / "checkpoint.py").read_text()
     old_format = int(re.search(r"^FORMAT_VERSION = (\d+)", text, re.M)[1])
