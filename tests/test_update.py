@@ -311,7 +311,7 @@ def test_unmodified_project_updates_to_a_fresh_render(render_at, tmp_path: Path)
 
 
 def test_update_with_other_answers_equals_fresh_render(render_at, tmp_path: Path):
-    """A project render_at with non-default answers keeps them through an update."""
+    """A project rendered with non-default answers keeps them through an update."""
     off = dict(amp=False, ddp=False, grad_accum=False, checkpointing=False, profiling=False)
     off.update(deterministic=False, project_name="Shape Net", author="A. Person")
     off.update(python_min="3.12")
