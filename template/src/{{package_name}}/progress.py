@@ -1,0 +1,106 @@
+"""What a training run shows while it runs: a status line, log lines and TensorBoard curves.
+
+On a terminal, one line is redrawn in place with the epoch's progress, the loss, the
+throughput and the time left. Anywhere else (CI, a SLURM log, a pipe) the run prints plain
+log lines instead, which read well in a file. Only rank 0 reports; train.py sees to that.
+
+With TensorBoard installed (``pip install -e '.[tensorboard]'``), each epoch's metrics also
+go to ``<out-dir>/tb``: ``tensorboard --logdir <out-dir>/tb``.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from pathlib import Path
+from typing import TextIO
+
+# Redraw the status line at most this often; a terminal write per step would cost time.
+REDRAW_SECONDS = 0.2
+
+
+class Progress:
+    """The status line on a terminal, plain lines elsewhere, and the TensorBoard writer."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stdout
+        self.live = self.stream.isatty()
+        self.shown = ""  # the status line on screen, if any
+        self.start: tuple[float, int] | None = None  # (time, samples) of the epoch's first step
+        self.drawn_at = 0.0
+        self.loss: float | None = None
+        self.writer = None  # a SummaryWriter once the first epoch ends, False without TensorBoard
+
+    def step(self, epoch: int, step: int, done: int, total: int, loss: float | None = None) -> None:
+        """Report a training step: ``done`` of ``total`` samples; ``loss`` only when known.
+
+        The caller passes the loss only at its logging interval, since reading it from the
+        device syncs with the host. Without a terminal, only those steps print a line.
+        """
+        now = time.perf_counter()
+        if self.start is None:
+            self.start = (now, done)
+        if loss is not None:
+            self.loss = loss
+        if not self.live:
+            if loss is not None:
+                self.line(f"epoch {epoch} step {step} loss {loss:.4f}")
+            return
+        if loss is None and now - self.drawn_at < REDRAW_SECONDS:
+            return
+        self.drawn_at = now
+        parts = [f"epoch {epoch}", f"{done}/{total}", f"{100 * done / max(total, 1):3.0f}%"]
+        if self.loss is not None:
+            parts.append(f"loss {self.loss:.4f}")
+        started, first = self.start
+        if now > started and done > first:
+            rate = (done - first) / (now - started)
+            parts += [f"{rate:.0f} samples/s", f"ETA {_duration((total - done) / rate)}"]
+        self._draw(" | ".join(parts))
+
+    def line(self, message: str) -> None:
+        """Print a log line, above the status line if there is one."""
+        self._clear()
+        print(message, file=self.stream, flush=True)
+
+    def epoch(self, record: dict, out_dir: str | Path) -> None:
+        """End the epoch: print its record and send it to TensorBoard, if installed."""
+        fields = (f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items())
+        self.line(" ".join(fields))
+        self.start, self.loss = None, None
+        if self.writer is None:
+            self.writer = _summary_writer(Path(out_dir) / "tb")
+        if self.writer:
+            for key, value in record.items():
+                if key != "epoch" and isinstance(value, int | float):
+                    self.writer.add_scalar(key, value, record["epoch"])
+            self.writer.flush()
+
+    def _draw(self, text: str) -> None:
+        # \r returns to the line start; the padding wipes what a longer line left behind.
+        self.stream.write("\r" + text.ljust(len(self.shown)))
+        self.stream.flush()
+        self.shown = text
+
+    def _clear(self) -> None:
+        if self.shown:
+            self.stream.write("\r" + " " * len(self.shown) + "\r")
+            self.shown = ""
+
+
+def _summary_writer(folder: Path):
+    """A TensorBoard SummaryWriter for ``folder``, or False when TensorBoard is not installed."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        return False
+    return SummaryWriter(str(folder))
+
+
+def _duration(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
+    minutes, seconds = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes}:{seconds:02d}"

@@ -1,0 +1,438 @@
+"""`copier update`: projects take template improvements without losing their edits (issue 6).
+
+The tests build a temporary git repository of this template (a clone of the checkout they run
+from, plus its uncommitted changes), tag it v0.1.0, commit a realistic template change on top and
+tag that v0.2.0 (and a checkpoint format bump as v0.3.0). Tags exist only in that temporary clone.
+A project is rendered at the old version, committed, edited the way users edit, committed, and
+updated; the result must equal a fresh render at the new version with the same edits applied.
+That one byte-for-byte comparison says that the user's edits are kept, that the template's change
+arrived, that no conflict markers appeared, and that nothing else changed.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from copier import run_copy, run_update
+
+pytestmark = pytest.mark.update
+
+ROOT = Path(__file__).resolve().parents[1]  # the template checkout under test
+PKG = "image_classifier"  # package_name of the default answers
+SRC = "template/src/{{package_name}}"
+TRAIN = f"{SRC}/train.py.jinja"
+CONFIG = f"{SRC}/config.py.jinja"
+CHECKPOINT = f"{SRC}/{{% if checkpointing %}}checkpoint.py{{% endif %}}.jinja"
+NEW_FILE = f"{SRC}/summary.py"  # the file that v0.2.0 adds
+
+GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+GIT += ["-c", "tag.gpgsign=false", "-c", "init.defaultBranch=main", "-c", "core.autocrlf=false"]
+
+# v0.2.0 corrects one line of train.py. The first candidate found exactly once is used, so the
+# test survives edits to train.py elsewhere; if none is left, add a line that every combination
+# renders. `foreach=True` is a real option of clip_grad_norm_: a plausible small fix.
+TRAIN_FIXES = [
+    (
+        "clip_grad_norm_(run.net.parameters(), run.config.grad_clip)",
+        "clip_grad_norm_(run.net.parameters(), run.config.grad_clip, foreach=True)",
+    ),
+    (
+        "torch.manual_seed(seed)  # seeds every CUDA device too",
+        "torch.manual_seed(seed)  # seeds the CPU and every CUDA device",
+    ),
+    ('if __name__ == "__main__":', 'if __name__ == "__main__":  # python -m <package>.train'),
+]
+SUMMARY = '''\
+"""Print the model's parameter counts: ``python -m <package>.summary [flags of train]``."""
+
+from .config import parse_args
+from .data import Shapes
+from .model import build_model
+
+
+def main() -> None:
+    model = build_model(parse_args(), Shapes.num_classes)
+    total = sum(p.numel() for p in model.parameters())
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    print(f"{total} parameters, {trainable} trainable")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+# ------------------------------------------------------------------------------------ helpers
+
+
+def git(cwd: Path, *args: str) -> str:
+    done = subprocess.run([*GIT, *args], cwd=cwd, capture_output=True, text=True)
+    assert done.returncode == 0, f"git {' '.join(args)} failed in {cwd}:\n{done.stderr}"
+    return done.stdout
+
+
+def commit_all(folder: Path, message: str) -> None:
+    """Commit everything in ``folder``, making it a git repository first if needed."""
+    if not (folder / ".git").exists():
+        git(folder, "init", "-q")
+    git(folder, "add", "-A")
+    git(folder, "commit", "-q", "--allow-empty", "-m", message)
+
+
+def sub(text: str, pattern: str, replace, what: str) -> str:
+    """``re.sub`` that must match exactly once; ``what`` explains a miss."""
+    new, n = re.subn(pattern, replace, text, flags=re.MULTILINE)
+    assert n == 1, f"{what}: /{pattern}/ matched {n} times; update the test's edit"
+    return new
+
+
+def edit(path: Path, pattern: str, replace, what: str) -> None:
+    path.write_text(sub(path.read_text(), pattern, replace, what))
+
+
+def working_tree_files(root: Path) -> list[Path]:
+    """The checkout's files as git sees them: tracked and untracked, never ignored ones."""
+    try:
+        out = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=root,
+            capture_output=True,
+            check=True,
+        ).stdout
+        names = [Path(n) for n in sorted(set(out.decode().split("\0"))) if n]
+    except (OSError, subprocess.CalledProcessError):  # not a git checkout: take the template
+        names = [p.relative_to(root) for p in root.rglob("*") if "__pycache__" not in p.parts]
+        names = [n for n in names if n.parts[0] in ("copier.yml", "includes", "template")]
+    return [n for n in names if (root / n).is_file() or (root / n).is_symlink()]
+
+
+def tree(root: Path) -> dict[str, tuple[bytes, bool]]:
+    """Every file under ``root`` but .git: contents and executable bit, by relative path."""
+    files = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root)
+        if rel.parts[0] == ".git" or path.is_dir():
+            continue
+        files[rel.as_posix()] = (path.read_bytes(), bool(path.stat().st_mode & stat.S_IXUSR))
+    return files
+
+
+def assert_same_tree(actual: Path, expected: Path) -> None:
+    got, want = tree(actual), tree(expected)
+    assert sorted(got) == sorted(want), "the two projects have different files"
+    differ = [name for name in want if got[name] != want[name]]
+    assert not differ, f"files differ: {differ}\n" + "\n".join(
+        f"--- {name}:\n{got[name][0].decode(errors='replace')}" for name in differ[:2]
+    )
+
+
+def assert_no_conflicts(project: Path) -> None:
+    for name, (data, _) in tree(project).items():
+        assert not name.endswith((".rej", ".orig")), f"update left {name}"
+        for marker in (b"<<<<<<<", b">>>>>>>", b"\n=======\n"):
+            assert marker not in data, f"{name} holds a conflict marker {marker!r}"
+
+
+def answers(project: Path) -> dict[str, str]:
+    """The answers file as key -> raw value (it is flat YAML of scalars)."""
+    text = (project / ".copier-answers.yml").read_text()
+    pairs = (line.split(":", 1) for line in text.splitlines() if line and line[0] != "#")
+    return {key: value.strip() for key, value in pairs}
+
+
+# ----------------------------------------------------------------------- the template versions
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A temporary git repository of this template, tagged v0.1.0, v0.2.0 and v0.3.0."""
+    repo = tmp_path_factory.mktemp("template") / "repo"
+    cloned = subprocess.run(
+        ["git", "clone", "-q", "--no-tags", str(ROOT), str(repo)], capture_output=True
+    )
+    if cloned.returncode != 0:  # not a git checkout (or one git cannot clone): start afresh
+        shutil.rmtree(repo, ignore_errors=True)
+        repo.mkdir()
+        git(repo, "init", "-q")
+    # Make the clone's files exactly the checkout's, uncommitted changes and deletions too.
+    for name in git(repo, "ls-files", "-z").split("\0"):
+        if name:
+            (repo / name).unlink(missing_ok=True)
+    for name in working_tree_files(ROOT):
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, repo / name, follow_symlinks=False)
+    git(repo, "add", "-A")
+    if git(repo, "status", "--porcelain").strip() or cloned.returncode != 0:
+        git(repo, "commit", "-q", "--allow-empty", "-m", "HEAD")
+    git(repo, "tag", "v0.1.0")
+
+    # v0.2.0: a corrected line in train.py, a changed default in config.py, a new file.
+    train = (repo / TRAIN).read_text()
+    fix = next(((old, new) for old, new in TRAIN_FIXES if train.count(old) == 1), None)
+    assert fix, f"none of the test's v0.2.0 fixes applies to {TRAIN} any more: add one"
+    (repo / TRAIN).write_text(train.replace(*fix))
+    edit(
+        repo / CONFIG,
+        r"(weight_decay: float = option\()([^,]+)",
+        lambda m: m[1] + ("0.1" if m[2] != "0.1" else "0.2"),
+        "v0.2.0 changes the weight_decay default",
+    )
+    assert not (repo / NEW_FILE).exists(), f"{NEW_FILE} exists: give the test's new file a new name"
+    (repo / NEW_FILE).write_text(SUMMARY)
+    commit_all(repo, "Fix a line, change a default, add summary.py")
+    git(repo, "tag", "v0.2.0")
+
+    # v0.3.0: a new checkpoint format, which cannot resume the old one.
+    edit(
+        repo / CHECKPOINT,
+        r"^(FORMAT_VERSION = )(\d+)",
+        lambda m: f"{m[1]}{int(m[2]) + 1}",
+        "v0.3.0 bumps the checkpoint format",
+    )
+    commit_all(repo, "Checkpoint format bumped")
+    git(repo, "tag", "v0.3.0")
+    return repo
+
+
+@pytest.fixture(scope="module")
+def render_at(template: Path, tmp_path_factory: pytest.TempPathFactory):
+    """render(ref, dst=None, **answers): a fresh render, cached; copied to ``dst`` if given."""
+    cache: dict[tuple, Path] = {}
+
+    def render(ref: str, dst: Path | None = None, **data) -> Path:
+        key = (ref, tuple(sorted(data.items())))
+        if key not in cache:
+            out = tmp_path_factory.mktemp("render") / "project"
+            run_copy(
+                str(template), out, data=data, vcs_ref=ref, defaults=True, quiet=True, unsafe=False
+            )
+            cache[key] = out
+        if dst is None:
+            return cache[key]
+        shutil.copytree(cache[key], dst)
+        return dst
+
+    return render
+
+
+def user_edits(project: Path) -> None:
+    """What a user does to a fresh project: a bigger model, another default, a new file."""
+    pkg = project / "src" / PKG
+    edit(
+        pkg / "model.py",
+        r"^( +)self\.head = nn\.Sequential\(nn\.Dropout\(dropout\), "
+        r"nn\.Linear\(2 \* width, num_classes\)\)$",
+        lambda m: (
+            f"{m[1]}self.head = nn.Sequential(\n"
+            f"{m[1]}    nn.Dropout(dropout),\n"
+            f"{m[1]}    nn.Linear(2 * width, 4 * width),  # a hidden layer: my edit\n"
+            f"{m[1]}    nn.ReLU(inplace=True),\n"
+            f"{m[1]}    nn.Linear(4 * width, num_classes),\n"
+            f"{m[1]})"
+        ),
+        "the user adds a layer to the model's head",
+    )
+    edit(
+        pkg / "config.py",
+        r"^( +epochs: int = option\()(\d+)",
+        lambda m: m[1] + str(int(m[2]) + 7),
+        "the user changes the epochs default",
+    )
+    (pkg / "my_data.py").write_text('"""My own dataset: my edit."""\n\nROOT = "/data/mine"\n')
+
+
+def edited_project(render_at, ref: str, dst: Path, **data) -> Path:
+    """A committed project at ``ref`` with the user's edits committed on top."""
+    project = render_at(ref, dst, **data)
+    commit_all(project, "Render the template")
+    user_edits(project)
+    commit_all(project, "My edits")
+    return project
+
+
+def expected(render_at, ref: str, dst: Path, **data) -> Path:
+    """What an edited project must be after an update: a fresh render with the same edits."""
+    project = render_at(ref, dst, **data)
+    user_edits(project)
+    return project
+
+
+def update(project: Path, ref: str, **data) -> None:
+    # defaults=True: every question keeps its recorded answer unless ``data`` changes it.
+    # unsafe=False: copier refuses a template with tasks, migrations or extensions.
+    run_update(
+        project, data=data, vcs_ref=ref, defaults=True, overwrite=True, unsafe=False, quiet=True
+    )
+
+
+# -------------------------------------------------------------------------------------- tests
+
+
+def test_template_needs_no_trust(template: Path):
+    """No tasks, migrations or Jinja extensions: `copier update` runs without --trust."""
+    for path in [template / "copier.yml", *sorted((template / "includes").glob("*.y*ml"))]:
+        keys = re.findall(r"^(_\w+)\s*:", path.read_text(), flags=re.MULTILINE)
+        unsafe = {"_tasks", "_migrations", "_jinja_extensions", "_external_data"} & set(keys)
+        assert not unsafe, f"{path.name} has {unsafe}: updates would need --trust"
+
+
+def test_update_keeps_user_edits_and_brings_template_fixes(render_at, tmp_path: Path):
+    project = edited_project(render_at, "v0.1.0", tmp_path / "project")
+    before = answers(project)
+    update(project, "v0.2.0")
+
+    assert_no_conflicts(project)
+    pkg = project / "src" / PKG
+    assert "a hidden layer: my edit" in (pkg / "model.py").read_text()
+    assert (pkg / "my_data.py").read_text().startswith('"""My own dataset: my edit.')
+    old = render_at("v0.1.0") / "src" / PKG
+    assert (pkg / "train.py").read_text() != (old / "train.py").read_text(), "fix did not arrive"
+    assert (pkg / "summary.py").read_text() == SUMMARY
+    assert answers(project) == {**before, "_commit": "v0.2.0"}
+    assert_same_tree(project, expected(render_at, "v0.2.0", tmp_path / "expected"))
+    # The update leaves its changes for the user to review: not committed, nothing conflicted.
+    status = git(project, "status", "--porcelain")
+    assert status and not re.search(r"^(UU|AA|DU|UD) ", status, flags=re.MULTILINE), status
+
+
+def test_unmodified_project_updates_to_a_fresh_render(render_at, tmp_path: Path):
+    project = render_at("v0.1.0", tmp_path / "project")
+    commit_all(project, "Render the template")
+    update(project, "v0.2.0")
+    assert_same_tree(project, render_at("v0.2.0"))
+
+
+def test_update_with_other_answers_equals_fresh_render(render_at, tmp_path: Path):
+    """A project rendered with non-default answers keeps them through an update."""
+    off = dict(amp=False, ddp=False, grad_accum=False, checkpointing=False, profiling=False)
+    off.update(deterministic=False, project_name="Shape Net", author="A. Person")
+    off.update(python_min="3.12")
+    project = render_at("v0.1.0", tmp_path / "project", **off)
+    commit_all(project, "Render the template")
+    update(project, "v0.2.0")
+    assert_same_tree(project, render_at("v0.2.0", **off))
+
+
+def test_same_line_changed_by_both_is_marked_as_a_conflict(render_at, tmp_path: Path):
+    """Where user and template change one line, update marks it inline for the user to resolve."""
+    project = render_at("v0.1.0", tmp_path / "project")
+    commit_all(project, "Render the template")
+    config = project / "src" / PKG / "config.py"
+    edit(config, r"(weight_decay: float = option\()([^,]+)", r"\g<1>0.01", "user's weight decay")
+    commit_all(project, "My weight decay")
+    update(project, "v0.2.0")
+
+    text = config.read_text()
+    assert "<<<<<<< before updating" in text and ">>>>>>> after updating" in text
+    conflict = re.search(r"<<<<<<< before updating\n(.*?)\n=======\n(.*?)>>>>>>> after", text, re.S)
+    mine, theirs = conflict.groups()  # the project's line, then the new template's
+    assert "option(0.01," in mine and "option(0.1," in theirs
+    assert "config.py" in git(project, "diff", "--name-only", "--diff-filter=U")
+    others = {k: v for k, v in tree(project).items() if not k.endswith("config.py")}
+    assert not any(b"<<<<<<<" in data for data, _ in others.values())
+
+
+def test_turning_amp_off_removes_exactly_its_code(render_at, tmp_path: Path):
+    project = edited_project(render_at, "v0.2.0", tmp_path / "project")
+    # The command docs/versioning.md gives, through the command line: no version change.
+    cli = [sys.executable, "-m", "copier", "update", "--defaults", "--vcs-ref", ":current:"]
+    cli += ["--data", "amp=false", "--quiet"]
+    done = subprocess.run(cli, cwd=project, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+
+    assert_no_conflicts(project)
+    assert_same_tree(project, expected(render_at, "v0.2.0", tmp_path / "expected", amp=False))
+    for name, (data, _) in tree(project / "src").items():
+        for word in (b"autocast", b"GradScaler", b"scaler", b"--precision", b"precision:"):
+            assert word not in data, f"{name} still has {word!r} with amp off"
+    recorded = answers(project)
+    assert recorded["amp"] == "false" and "default_precision" not in recorded
+    assert recorded["_commit"] == "v0.2.0"
+    pkg = project / "src" / PKG
+    for module in ("checkpoint.py", "distributed.py", "profiling.py", "summary.py", "my_data.py"):
+        assert (pkg / module).exists(), f"{module} went missing with amp off"
+    assert "accum_steps" in (pkg / "config.py").read_text()
+    assert "a hidden layer: my edit" in (pkg / "model.py").read_text()
+
+
+def test_turning_checkpointing_off_and_on(render_at, tmp_path: Path):
+    project = edited_project(render_at, "v0.2.0", tmp_path / "project")
+    pkg = project / "src" / PKG
+
+    update(project, "v0.2.0", checkpointing=False)
+    assert_no_conflicts(project)
+    assert not (pkg / "checkpoint.py").exists()
+    for name, (data, _) in tree(project / "src").items():
+        for word in (b"checkpoint.", b"--resume", b"resume:", b"save_every", b"keep_last"):
+            assert word not in data, f"{name} still has {word!r} with checkpointing off"
+    off = expected(render_at, "v0.2.0", tmp_path / "expected-off", checkpointing=False)
+    assert_same_tree(project, off)
+    commit_all(project, "Checkpointing off")
+
+    update(project, "v0.2.0", checkpointing=True)
+    assert_no_conflicts(project)
+    assert (pkg / "checkpoint.py").exists()
+    assert_same_tree(project, expected(render_at, "v0.2.0", tmp_path / "expected-on"))
+
+
+@pytest.mark.parametrize("combo", ["defaults", "all-off"])
+def test_rendering_is_deterministic(template: Path, tmp_path: Path, combo: str):
+    """Two renders are byte-identical, wherever they go, and hold no date: no spurious diffs."""
+    data = {}
+    if combo == "all-off":
+        data = dict(amp=False, ddp=False, grad_accum=False, checkpointing=False)
+        data.update(deterministic=False, profiling=False)
+    a, b = tmp_path / "a" / "project", tmp_path / "b" / "elsewhere"
+    for dst in (a, b):
+        run_copy(str(template), dst, data=data, vcs_ref="v0.2.0", defaults=True, quiet=True)
+    assert_same_tree(a, b)
+
+    today = datetime.date.today()
+    stamps = [today.isoformat(), today.strftime("%d.%m.%Y"), today.strftime("%m/%d/%Y")]
+    year = re.compile(rf"(?<![\w.-]){today.year}(?![\w.-])")
+    for name, (data_, _) in tree(a).items():
+        text = data_.decode()
+        if name == ".copier-answers.yml":  # _src_path is the temporary template's path
+            text = "\n".join(line for line in text.splitlines() if "_src_path" not in line)
+        for stamp in stamps:
+            assert stamp not in text, f"{name} holds today's date"
+        assert not year.search(text), f"{name} holds the year {today.year}"
+
+
+def test_old_checkpoint_format_is_refused_by_name(render_at, tmp_path: Path):
+    """After an update to a new checkpoint format, resuming an old checkpoint fails clearly."""
+    torch = pytest.importorskip("torch")
+    project = render_at("v0.2.0", tmp_path / "project")
+    commit_all(project, "Render the template")
+    text = (project / "src" / PKG / "checkpoint.py").read_text()
+    old_format = int(re.search(r"^FORMAT_VERSION = (\d+)", text, re.M)[1])
+    # The outside of an old checkpoint is enough: load() checks the format before the rest.
+    folder = tmp_path / "run" / "checkpoints"
+    folder.mkdir(parents=True)
+    torch.save({"format_version": old_format, "config": {}}, folder / "last.pt")
+
+    update(project, "v0.3.0")
+    argv = ["--resume", "auto", "--out-dir", str(tmp_path / "run"), "--device", "cpu"]
+    argv += ["--num-workers", "0", "--train-size", "64", "--val-size", "32", "--epochs", "1"]
+    env = {**os.environ, "PYTHONPATH": str(project / "src"), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", f"{PKG}.train", *argv],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert f"format {old_format}" in lines[0] and f"format {old_format + 1}" in lines[0], lines[0]
+    assert "last.pt" in lines[0] and "--out-dir" in lines[0], lines[0]
