@@ -172,6 +172,7 @@ def pytest_in(project: Path, *tests: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
         + [f"tests/{test}" for test in tests],
+        check=False,
         cwd=project,
         env=env,
         capture_output=True,
