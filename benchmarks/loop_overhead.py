@@ -77,6 +77,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="a few rounds only (smoke test)")
     parser.add_argument("--device", default="cpu", help="torch device to time on (default cpu)")
+    parser.add_argument(
+        "--template", default=str(TEMPLATE), help="template to render (default: this checkout)"
+    )
     parser.add_argument("--child", metavar="PROJECT", help=argparse.SUPPRESS)
     parser.add_argument("--extra", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -94,7 +97,7 @@ def main() -> None:
             dest = Path(tmp) / name
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # "dirty template" while the work tree has edits
-                run_copy(str(TEMPLATE), str(dest), data=answers, defaults=True, quiet=True)
+                run_copy(args.template, str(dest), data=answers, defaults=True, quiet=True)
             # One process per project: the two render the same package name, and the all-on
             # project switches on deterministic algorithms for the whole process.
             command = [sys.executable, __file__, "--child", str(dest), "--extra", " ".join(extra)]
@@ -180,14 +183,13 @@ def measure(project: Path, extra: list[str], device_name: str, quick: bool) -> d
 
 
 class Batches:
-    """Pre-made batches, with the ``sampler`` length that ``train_epoch`` reads from a loader.
-
-    Not a list: Lightning would take a list for a collection of loaders.
+    """Pre-made batches, with the ``sampler`` of the loader they came from (``train_epoch``
+    reads its length). Not a list: Lightning would take a list for a collection of loaders.
     """
 
-    def __init__(self, batches: list, samples: int) -> None:
+    def __init__(self, batches: list, sampler) -> None:
         self.batches = batches
-        self.sampler = range(samples)
+        self.sampler = sampler
 
     def __iter__(self):
         return iter(self.batches)
@@ -214,9 +216,7 @@ def make_loops(train, config, device, steps: int, rounds: int) -> dict:
     if "env" in inspect.signature(train.setup).parameters:
         setup_args.append(train.Dist())  # single process: no process group, no DDP wrapper
     run, train_loader, _ = train.setup(*setup_args)
-    batches = Batches(
-        [(x.to(device), y.to(device)) for x, y in train_loader], len(train_loader.sampler)
-    )
+    batches = Batches([(x.to(device), y.to(device)) for x, y in train_loader], train_loader.sampler)
     assert len(batches) == steps
     epoch_args = [run, batches]
     if "prof" in inspect.signature(train.train_epoch).parameters:
