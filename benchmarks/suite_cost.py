@@ -1,0 +1,83 @@
+"""What the end-to-end test matrix costs per toggle combination, and how it grows.
+
+    python benchmarks/suite_cost.py          # about a minute on 2 CPU cores
+
+For k = 1, 2 and 4 combinations it renders each combination with copier and trains it end
+to end as the end-to-end tests do (``--epochs 1 --train-size 256 --val-size 101
+--batch-size 32 --num-workers 0``), one after another, and prints the wall time of the
+batch and the time per combination. The sets are nested (the first k of one list), and the
+combinations are single-process ones of similar size (every toggle off, then pairs of
+toggles on), so that a constant time per combination means the cost grows linearly in the
+number of combinations. Nothing is shared or cached between combinations: each renders
+afresh into its own folder and trains in its own process.
+
+A straight-line fit, seconds = fixed + per_combination * k, gives the cost of one more
+combination, and the growth exponent b in time ~ k**b, through k = 1 and k = 4, is printed
+last: 1.0 is linear; well above 1 (say 1.15) something grows faster than the matrix and
+should be found. One warm-up combination runs first, untimed.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+TEMPLATE = Path(__file__).resolve().parents[1]
+TOGGLES = ["amp", "ddp", "grad_accum", "checkpointing", "deterministic", "profiling"]
+OFF = {name: False for name in TOGGLES}
+COMBINATIONS = [
+    OFF,
+    OFF | {"amp": True, "grad_accum": True},
+    OFF | {"checkpointing": True, "deterministic": True},
+    OFF | {"profiling": True, "amp": True},
+]
+TRAIN_FLAGS = "--epochs 1 --train-size 256 --val-size 101 --batch-size 32 --num-workers 0"
+
+
+def render_and_train(answers: dict, dest: Path) -> None:
+    from copier import run_copy
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "dirty template" while the work tree has edits
+        run_copy(str(TEMPLATE), str(dest), data=answers, defaults=True, quiet=True)
+    package = next(p.name for p in (dest / "src").iterdir() if (p / "train.py").exists())
+    env = os.environ | {"PYTHONPATH": str(dest / "src"), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", f"{package}.train", *TRAIN_FLAGS.split()]
+    command += ["--device", "cpu", "--out-dir", str(dest / "run")]
+    subprocess.run(command, cwd=dest, env=env, check=True, capture_output=True)
+    if not (dest / "run" / "metrics.jsonl").exists():
+        raise RuntimeError(f"{dest}: training wrote no metrics.jsonl")
+
+
+def main() -> None:
+    seconds = {}
+    with tempfile.TemporaryDirectory(prefix="suite-cost-") as tmp:
+        # Untimed: the first render and run pay one-time costs (imports, disk caches) that
+        # would otherwise make k = 1 look dear and the growth look better than linear.
+        render_and_train(OFF, Path(tmp) / "warm-up")
+        for k in (1, 2, 4):
+            start = time.perf_counter()
+            for i, answers in enumerate(COMBINATIONS[:k]):
+                render_and_train(answers, Path(tmp) / f"k{k}-{i}")
+            seconds[k] = time.perf_counter() - start
+            print(f"k={k}: {seconds[k]:6.1f} s in all, {seconds[k] / k:5.2f} s per combination")
+    growth = math.log(seconds[4] / seconds[1]) / math.log(4)
+    # Least squares of seconds = fixed + per_combination * k over k = 1, 2, 4.
+    ks = list(seconds)
+    mean_k, mean_s = sum(ks) / len(ks), sum(seconds.values()) / len(ks)
+    per_combination = sum((k - mean_k) * (seconds[k] - mean_s) for k in ks) / sum(
+        (k - mean_k) ** 2 for k in ks
+    )
+    fixed = mean_s - per_combination * mean_k
+    print(f"fit: {fixed:.2f} s + {per_combination:.2f} s per combination")
+    print(f"suite_cost_per_combination_s={per_combination:.2f} growth_exponent={growth:.2f}")
+
+
+if __name__ == "__main__":
+    main()
