@@ -121,3 +121,13 @@ def test_bad_value_exits_with_one_line(rendered, combo: Combo, bad: list[str], t
     assert bad[0] in lines[0], describe(result)
     assert "Traceback" not in result.stderr + result.stdout
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+@pytest.mark.gpu
+def test_gpu_session_has_cuda() -> None:
+    """Under `nox -s gpu` the runs above must really have used CUDA, not fallen back."""
+    if DEVICE != "cuda":
+        pytest.skip("TEMPLATE_TEST_DEVICE is not cuda (run `nox -s gpu` on a CUDA machine)")
+    import torch
+
+    assert torch.cuda.is_available()
