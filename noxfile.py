@@ -1,0 +1,90 @@
+"""Sessions for the template repository: `nox -s tests` is what CI runs.
+
+nox -s tests   render every toggle combination, check it, and train each one on the CPU
+nox -s gpu     the end-to-end and project-suite tests again on CUDA (skips without a GPU)
+nox -s demo    render the default project into build/demo and train it
+nox -s lint    ruff on the template repository's own Python
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import nox
+
+# Run in the environment nox itself runs in (requirements-dev.txt installed there), instead
+# of a fresh virtualenv per session: torch is a large download and install, done once.
+nox.options.default_venv_backend = "none"
+nox.options.sessions = ["lint", "tests"]
+
+# The interpreter nox runs under, by path: with no session venv, a bare "python" would be
+# whatever PATH finds first, which need not be the environment that has torch.
+PYTHON = sys.executable
+ROOT = Path(__file__).parent
+DEMO = ROOT / "build" / "demo"
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Every combination: rendered and checked, trained for one short epoch on the CPU."""
+    session.run(
+        PYTHON,
+        "-m",
+        "pytest",
+        "-n",
+        "auto",
+        "-p",
+        "no:cacheprovider",
+        *session.posargs,
+        env={"OMP_NUM_THREADS": "1"},
+    )
+
+
+@nox.session
+def gpu(session: nox.Session) -> None:
+    """The end-to-end and project-suite tests on CUDA (ddp on nccl, one process per GPU)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        session.skip(
+            "no CUDA GPU here: torch.cuda.is_available() is False "
+            f"(torch {torch.__version__}, CUDA build {torch.version.cuda})"
+        )
+    session.run(
+        PYTHON,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-m",
+        "e2e or suite or gpu",
+        *session.posargs,
+        # One test at a time: every ddp run takes all the GPUs.
+        env={"OMP_NUM_THREADS": "1", "TEMPLATE_TEST_DEVICE": "cuda"},
+    )
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    """Render the default project into build/demo (replacing it) and train it."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from combos import DEFAULT, render
+
+    if DEMO.exists():
+        shutil.rmtree(DEMO)
+    render(DEFAULT.answers, DEMO)
+    session.log(f"rendered the default project into {DEMO}")
+    env = {"PYTHONPATH": str(DEMO / "src")}
+    session.chdir(DEMO)
+    session.run(PYTHON, "-m", "image_classifier.train", "--out-dir", "runs/demo", env=env)
+    session.log(f"metrics: {DEMO / 'runs' / 'demo' / 'metrics.jsonl'}")
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff check and ruff format --check on noxfile.py, tests/ and benchmarks/ if present."""
+    paths = [p for p in ["noxfile.py", "tests", "benchmarks"] if (ROOT / p).exists()]
+    session.run(PYTHON, "-m", "ruff", "check", *paths)
+    session.run(PYTHON, "-m", "ruff", "format", "--check", *paths)

@@ -1,0 +1,133 @@
+"""Train every toggle combination for one short epoch in a subprocess, and check its outputs.
+
+On the CPU by default; under `nox -s gpu` (TEMPLATE_TEST_DEVICE=cuda) on CUDA, with ddp
+combinations on nccl, one process per GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from combos import ALL, COVERING, DEVICE, Combo, describe, run
+
+pytestmark = pytest.mark.e2e
+
+SHORT_RUN = ["--epochs", "1", "--train-size", "256", "--val-size", "101", "--batch-size", "32"]
+SHORT_RUN += ["--num-workers", "0"]
+METRIC_KEYS = {
+    "epoch",
+    "step",
+    "train_loss",
+    "val_loss",
+    "val_acc",
+    "val_samples",
+    "lr",
+    "samples_per_sec",
+}
+TRAIN = [sys.executable, "-m", "image_classifier.train"]
+
+
+def command(combo: Combo, nproc: int) -> list[str]:
+    """The training command: under torchrun for a ddp project, else a plain process."""
+    if not combo.ddp:
+        return TRAIN
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    return [*torchrun, "--nproc-per-node", str(nproc), "-m", "image_classifier.train"]
+
+
+def flags(combo: Combo, out_dir: Path) -> list[str]:
+    args = [*SHORT_RUN, "--out-dir", str(out_dir)]
+    if combo.grad_accum:
+        args += ["--accum-steps", "3"]  # 8 batches: windows of 3, 3 and a short 2
+    if combo.profiling:
+        args += ["--profile"]
+    if DEVICE != "cpu":
+        args += ["--device", DEVICE]
+    return args
+
+
+def read_metrics(out_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("combo", ALL, ids=lambda combo: combo.id)
+def test_short_training_run(rendered, torchrun_nproc: int, combo: Combo, tmp_path: Path) -> None:
+    root = rendered(combo)
+    out_dir = tmp_path / "run"
+    args = command(combo, torchrun_nproc) + flags(combo, out_dir)
+    result = run(args, cwd=root)
+    assert result.returncode == 0, describe(result)
+
+    metrics = read_metrics(out_dir)
+    assert len(metrics) == 1, metrics
+    record = metrics[0]
+    assert record.keys() >= METRIC_KEYS, f"missing: {METRIC_KEYS - record.keys()}"
+    assert record["epoch"] == 1
+    assert record["val_samples"] == 101  # every validation sample counted exactly once
+    assert 0.0 <= record["val_acc"] <= 1.0
+
+    if combo.checkpointing:
+        import torch
+
+        for name in ["last.pt", "best.pt"]:
+            path = out_dir / "checkpoints" / name
+            assert path.is_file(), name
+            assert isinstance(torch.load(path, map_location="cpu", weights_only=True), dict)
+        again = run(args + ["--resume", "auto"], cwd=root)
+        assert again.returncode == 0, describe(again)
+        assert len(read_metrics(out_dir)) == 1, "a finished run resumed and trained again"
+
+    if combo.profiling:
+        for name in ["trace.json", "summary.txt"]:
+            assert (out_dir / "profile" / name).is_file(), name
+
+
+COVERING_IDS = pytest.mark.parametrize("combo", COVERING, ids=lambda combo: combo.id)
+
+
+@COVERING_IDS
+def test_help_lists_exactly_the_enabled_flags(rendered, combo: Combo) -> None:
+    result = run([*TRAIN, "--help"], cwd=rendered(combo))
+    assert result.returncode == 0, describe(result)
+    expected = {
+        "--precision": combo.amp,
+        "--accum-steps": combo.grad_accum,
+        "--resume": combo.checkpointing,
+        "--profile": combo.profiling,
+        "--sync-bn": combo.sync_bn,
+        "--no-sync-bn": combo.sync_bn,
+    }
+    for flag in ["--epochs", "--batch-size", "--lr", "--seed", "--num-workers", "--out-dir"]:
+        expected[flag] = True
+    expected["--device"] = True
+    for flag, present in expected.items():
+        found = re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", result.stdout) is not None
+        assert found == present, f"{flag} {'missing from' if present else 'in'} --help"
+
+
+@COVERING_IDS
+@pytest.mark.parametrize(
+    "bad", [["--epochs", "0"], ["--batch-size", "x"]], ids=["epochs-0", "batch-size-x"]
+)
+def test_bad_value_exits_with_one_line(rendered, combo: Combo, bad: list[str], tmp_path) -> None:
+    result = run([*TRAIN, *bad, "--out-dir", str(tmp_path / "run")], cwd=rendered(combo))
+    assert result.returncode != 0, describe(result)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, describe(result)
+    assert bad[0] in lines[0], describe(result)
+    assert "Traceback" not in result.stderr + result.stdout
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+@pytest.mark.gpu
+def test_gpu_session_has_cuda() -> None:
+    """Under `nox -s gpu` the runs above must really have used CUDA, not fallen back."""
+    if DEVICE != "cuda":
+        pytest.skip("TEMPLATE_TEST_DEVICE is not cuda (run `nox -s gpu` on a CUDA machine)")
+    import torch
+
+    assert torch.cuda.is_available()
