@@ -21,7 +21,7 @@ PKG = Path("src") / PACKAGE
 MARKERS = {
     "amp": ["autocast", "GradScaler", "precision"],
     "ddp": ["torch.distributed", "DistributedDataParallel", "no_sync", "world_size", "torchrun"],
-    "grad_accum": ["accum"],
+    "grad_accum": ["accum_steps", "accum-steps", "micro-batch", "window_samples"],
     "checkpointing": ["resume", "save_checkpoint", "CheckpointError", "SIGTERM"],
     "deterministic": ["use_deterministic_algorithms", "CUBLAS"],
     "profiling": ["torch.profiler", "--profile"],
