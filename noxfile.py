@@ -4,6 +4,8 @@ nox -s tests   render every toggle combination, check it, and train each one on 
 nox -s gpu     the end-to-end and project-suite tests again on CUDA (skips without a GPU)
 nox -s demo    render the default project into build/demo and train it
 nox -s lint    ruff on the template repository's own Python
+nox -s bench   loop overhead against a bare loop and Lightning, and the suite's cost
+nox -s docs    the mkdocs site, built with --strict
 """
 
 from __future__ import annotations
@@ -88,3 +90,19 @@ def lint(session: nox.Session) -> None:
     paths = [p for p in ["noxfile.py", "tests", "benchmarks"] if (ROOT / p).exists()]
     session.run(PYTHON, "-m", "ruff", "check", *paths)
     session.run(PYTHON, "-m", "ruff", "format", "--check", *paths)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Loop overhead against a bare loop and Lightning's Trainer, then the test suite's cost."""
+    # Lightning is only the yardstick, so it is installed here rather than in the dev list.
+    session.run(PYTHON, "-m", "pip", "install", "--quiet", "lightning")
+    session.run(PYTHON, "benchmarks/loop_overhead.py", *session.posargs)
+    session.run(PYTHON, "benchmarks/suite_cost.py")
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the documentation site into build/site, failing on any warning."""
+    session.run(PYTHON, "-m", "pip", "install", "--quiet", "mkdocs-material")
+    session.run(PYTHON, "-m", "mkdocs", "build", "--strict", "--site-dir", "build/site")

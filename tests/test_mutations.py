@@ -35,9 +35,7 @@ class Mutation:
         path = project / "src" / PACKAGE / self.file
         source = path.read_text()
         count = source.count(self.old)
-        assert count == 1, (
-            f"{self.name}: expected {self.old!r} once in {self.file}, found {count}"
-        )
+        assert count == 1, f"{self.name}: expected {self.old!r} once in {self.file}, found {count}"
         path.write_text(source.replace(self.old, self.new))
 
 
