@@ -13,8 +13,7 @@ pytestmark = pytest.mark.suite
 @pytest.mark.parametrize("combo", COVERING, ids=lambda combo: combo.id)
 def test_rendered_project_suite_passes(rendered, combo: Combo) -> None:
     root = rendered(combo)
-    if not (root / "tests").is_dir():
-        pytest.skip("the rendered project has no tests/ folder yet (template/tests/ is empty)")
+    assert (root / "tests").is_dir(), "every rendered project carries its own tests"
     # The project's pyproject puts src on the path; TEMPLATE_TEST_DEVICE passes through to
     # it unchanged, so a suite that wants to know the device can read it.
     result = run(
