@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from combos import ALL, COVERING, DEVICE, Combo, describe, run
+from combos import ALL, BY_ID, COVERING, DEFAULT, DEVICE, Combo, describe, run
 
 pytestmark = pytest.mark.e2e
 
@@ -121,6 +121,75 @@ def test_bad_value_exits_with_one_line(rendered, combo: Combo, bad: list[str], t
     assert bad[0] in lines[0], describe(result)
     assert "Traceback" not in result.stderr + result.stdout
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+# Runs train.main on the command line's flags, with a real SIGTERM after optimizer step 2.
+STOPPED_AT_STEP_2 = """
+import os, signal, sys
+from image_classifier import train
+step = train.optimizer_step
+def stop_at(run):
+    step(run)
+    if run.step == 2:
+        os.kill(os.getpid(), signal.SIGTERM)
+train.optimizer_step = stop_at
+sys.exit(train.main(sys.argv[1:]))
+"""
+
+
+def assert_identical(a, b, path: str = "state") -> None:
+    """Two checkpoints' contents, bit for bit."""
+    import torch
+
+    if isinstance(a, torch.Tensor):
+        assert torch.equal(a, b), f"{path} differs"
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for key in a:
+            assert_identical(a[key], b[key], f"{path}[{key!r}]")
+    elif isinstance(a, list | tuple):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_identical(x, y, f"{path}[{i}]")
+    else:
+        assert a == b, f"{path}: {a!r} != {b!r}"
+
+
+def test_checkpoint_resumes_after_answers_changed(rendered, tmp_path: Path) -> None:
+    """A run preempted in a project with amp and grad_accum, resumed in the project that
+    `copier update` turned them off in: bit-identical to an uninterrupted run there when it
+    trained alike (--precision fp32, --accum-steps 1), refused naming both answers otherwise."""
+    torch = pytest.importorskip("torch")
+    before, after = rendered(DEFAULT), rendered(BY_ID["ddp-syncbn-ckpt-det-prof"])
+    args = [*SHORT_RUN, "--width", "8", "--device", "cpu"]
+    stop = [sys.executable, "-c", STOPPED_AT_STEP_2, *args]
+
+    alike = tmp_path / "alike"
+    fp32 = ["--precision", "fp32", "--accum-steps", "1"]
+    stopped = run([*stop, *fp32, "--out-dir", str(alike)], cwd=before)
+    assert stopped.returncode == 75, describe(stopped)
+    resumed = run([*TRAIN, *args, "--out-dir", str(alike), "--resume", "auto"], cwd=after)
+    assert resumed.returncode == 0, describe(resumed)
+    whole = run([*TRAIN, *args, "--out-dir", str(tmp_path / "whole")], cwd=after)
+    assert whole.returncode == 0, describe(whole)
+    a, b = (
+        torch.load(d / "checkpoints" / "last.pt", weights_only=True)
+        for d in (alike, tmp_path / "whole")
+    )
+    a.pop("config"), b.pop("config")  # differs in out_dir and resume only
+    assert_identical(a, b)
+    drop = {"samples_per_sec"}
+    assert [{k: v for k, v in r.items() if k not in drop} for r in read_metrics(alike)] == [
+        {k: v for k, v in r.items() if k not in drop} for r in read_metrics(tmp_path / "whole")
+    ]
+
+    differs = tmp_path / "differs"
+    stopped = run([*stop, "--accum-steps", "3", "--out-dir", str(differs)], cwd=before)
+    assert stopped.returncode == 75, describe(stopped)
+    refused = run([*TRAIN, *args, "--out-dir", str(differs), "--resume", "auto"], cwd=after)
+    assert refused.returncode == 2, describe(refused)
+    [line] = refused.stderr.strip().splitlines()
+    assert "grad_accum" in line and "amp" in line and "--accum-steps 3" in line, line
 
 
 @pytest.mark.gpu

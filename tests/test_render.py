@@ -147,7 +147,13 @@ def test_defaults_render_without_prompts(tmp_path: Path) -> None:
     assert (dest / PKG / "train.py").is_file()
 
 
-@pytest.mark.parametrize("name", ["2abc", "my-pkg", "torch", "json", "os"])
+# Each breaks a render: not an identifier, a keyword, a module or test helper of the project,
+# the standard library, a package the project or its extras import.
+REFUSED_NAMES = ["2abc", "my-pkg", "_x", "import", "class", "train", "conftest", "processes"]
+REFUSED_NAMES += ["test_data", "torch", "json", "os", "matplotlib", "tensorboard", "setuptools"]
+
+
+@pytest.mark.parametrize("name", REFUSED_NAMES)
 def test_invalid_package_name_is_rejected(tmp_path: Path, name: str) -> None:
     with pytest.raises(ValueError, match="package_name") as error:
         render({"package_name": name}, tmp_path / "project")
