@@ -8,8 +8,9 @@ torchrun: one process per visible GPU on nccl, or two gloo processes on the CPU)
 project's own test suite. The all-on project's tests/test_gpu.py holds the CUDA checks (no
 host sync in the step, SyncBatchNorm, bf16 and fp16 with GradScaler and fused AdamW,
 deterministic runs, --compile, the profiler, mid-epoch resume); each is reported on its own
-line, as skip on the CPU. --quick trains only the all-on and all-off projects and runs only
-the all-on project's tests, without those marked slow.
+line, as skip on the CPU. On CUDA the suites leave out the tests marked slow (they start
+training processes on the CPU, which CI covers) unless --slow. --quick trains only the
+all-on and all-off projects and runs only the all-on project's tests, without the slow ones.
 
 Writes DIR/results.json (a list of {name, status, seconds, detail}, status pass, fail or
 skip) and DIR/results.md (the same as a table). Exits 1 if anything failed.
@@ -116,13 +117,13 @@ def train(combo: dict, device: str, nproc: int, out: Path) -> dict:
     return result(name, "pass", seconds, detail)
 
 
-def suite(combo: dict, device: str, quick: bool, out: Path) -> tuple[dict, Path]:
+def suite(combo: dict, device: str, slow: bool, out: Path) -> tuple[dict, Path]:
     """Run one project's own tests (GPU tests included); returns its result and JUnit file."""
     project = HERE / "projects" / combo["id"]
     junit = out / "junit" / f"{combo['id']}.xml"
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     command += [f"--junitxml={junit}", f"--basetemp={out / 'pytest' / combo['id']}"]
-    if quick:
+    if not slow:
         command += ["-m", "not slow"]
     start = time.perf_counter()
     done = subprocess.run(
@@ -178,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="folder for results.json, results.md, runs")
     parser.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda if available")
     parser.add_argument("--quick", action="store_true", help="fewer projects and tests")
+    parser.add_argument("--slow", action="store_true", help="tests marked slow also on CUDA")
     parser.add_argument("--jobs", type=int, help="test suites run at once (default: CPUs / 2)")
     args = parser.parse_args(argv)
 
@@ -210,10 +212,12 @@ def main(argv: list[str] | None = None) -> int:
     for combo in combos:
         record(train(combo, device, nproc, out))
     # The suites in parallel: their training processes run on the CPU, their GPU tests are short.
-    # --quick: the all-on project's suite alone, which holds the CUDA checks.
+    # --quick: the all-on project's suite alone, which holds the CUDA checks. The tests marked
+    # slow train in processes pinned to the CPU, which CI covers: on CUDA only with --slow.
+    slow = args.slow or (device == "cpu" and not args.quick)
     tested = [c for c in combos if not args.quick or c["id"] == manifest["default"]]
     with ThreadPoolExecutor(jobs) as pool:
-        suites = list(pool.map(lambda combo: suite(combo, device, args.quick, out), tested))
+        suites = list(pool.map(lambda combo: suite(combo, device, slow, out), tested))
     junits = {}
     for combo, (entry, junit) in zip(tested, suites, strict=True):
         record(entry)
