@@ -49,8 +49,10 @@ def test_bundle_builds_and_runs_quick(tmp_path: Path) -> None:
     assert "samples/s" in by_name["train: none"]["detail"]
     cuda = [r for r in results if r["name"].startswith("cuda: ")]
     assert len(cuda) == 9
-    expected = "skip" if DEVICE == "cpu" else "pass"
-    assert all(r["status"] == expected for r in cuda), cuda
+    if DEVICE == "cpu":
+        assert all(r["status"] == "skip" for r in cuda), cuda
+    else:  # a GPU without native bf16 skips that one check
+        assert all(r["status"] == "pass" or r["detail"].endswith("no native bf16") for r in cuda)
     table = (out / "results.md").read_text()
     assert table.count("\n") == len(results) + 2
 
