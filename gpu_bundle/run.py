@@ -64,6 +64,30 @@ def environment(device: str) -> dict[str, str]:
     return env
 
 
+def execute(command: list[str], cwd: Path, env: dict, timeout: float, log: Path):
+    """Run a command, its output kept in ``log``; (exit code or None on timeout, output, s)."""
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(
+            command,
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        code, output = done.returncode, done.stdout
+    except subprocess.TimeoutExpired as error:
+        output = error.output or ""  # bytes, on some Pythons, despite text=True
+        output = output if isinstance(output, str) else output.decode(errors="replace")
+        code, output = None, f"{output}\ntimed out after {timeout:.0f} s"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text(f"$ {' '.join(command)}\n{output}")
+    return code, output, time.perf_counter() - start
+
+
 def tail(text: str, lines: int = 3) -> str:
     return " | ".join(line.strip() for line in text.strip().splitlines()[-lines:])
 
@@ -99,13 +123,10 @@ def train(combo: dict, device: str, nproc: int, out: Path) -> dict:
         command = [sys.executable, *measure, *flags]
     env = environment(device)
     env["PYTHONPATH"] = str(project / "src")
-    start = time.perf_counter()
-    done = subprocess.run(
-        command, cwd=project, env=env, capture_output=True, text=True, timeout=600, check=False
-    )
-    seconds = time.perf_counter() - start
-    if done.returncode != 0:
-        return result(name, "fail", seconds, f"exit {done.returncode}: {tail(done.stderr)}")
+    log = out / "logs" / f"{combo['id']}.train.log"
+    code, output, seconds = execute(command, project, env, 600, log)
+    if code != 0:
+        return result(name, "fail", seconds, f"exit {code}: {tail(output)}")
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     last = records[-1]
     ranks = [json.loads(path.read_text()) for path in report.parent.glob(f"{report.name}.rank*")]
@@ -125,19 +146,10 @@ def suite(combo: dict, device: str, slow: bool, out: Path) -> tuple[dict, Path]:
     command += [f"--junitxml={junit}", f"--basetemp={out / 'pytest' / combo['id']}"]
     if not slow:
         command += ["-m", "not slow"]
-    start = time.perf_counter()
-    done = subprocess.run(
-        command,
-        cwd=project,
-        env=environment(device),
-        capture_output=True,
-        text=True,
-        timeout=1200,
-        check=False,
-    )
-    seconds = time.perf_counter() - start
-    status = "pass" if done.returncode == 0 else "fail"
-    return result(f"tests: {combo['id']}", status, seconds, tail(done.stdout, 1)), junit
+    log = out / "logs" / f"{combo['id']}.tests.log"
+    code, output, seconds = execute(command, project, environment(device), 1200, log)
+    status = "pass" if code == 0 else "fail"
+    return result(f"tests: {combo['id']}", status, seconds, tail(output, 1)), junit
 
 
 def checks(junit: Path) -> list[dict]:
