@@ -3,6 +3,7 @@
 nox -s tests   render every toggle combination, check it, and train each one on the CPU
 nox -s gpu     the end-to-end and project-suite tests again on CUDA (skips without a GPU)
 nox -s demo    render the default project into build/demo and train it
+nox -s gpu-bundle  render the covering combinations and run.py into build/gpu-bundle
 nox -s lint    ruff on the template repository's own Python
 nox -s bench   loop overhead against a bare loop and Lightning, and the suite's cost
 nox -s docs    the mkdocs site, built with --strict
@@ -84,10 +85,21 @@ def demo(session: nox.Session) -> None:
     session.log(f"metrics: {DEMO / 'runs' / 'demo' / 'metrics.jsonl'}")
 
 
+@nox.session(name="gpu-bundle")
+def gpu_bundle(session: nox.Session) -> None:
+    """Build build/gpu-bundle: run it where a GPU is, with Python, torch, numpy and pytest only."""
+    sys.path.insert(0, str(ROOT / "gpu_bundle"))
+    from build import build
+
+    dest = build(ROOT / "build" / "gpu-bundle")
+    session.log(f"built {dest}; on the GPU machine: python {dest.name}/run.py --out results")
+
+
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff check and ruff format --check on noxfile.py, tests/ and benchmarks/ if present."""
-    paths = [p for p in ["noxfile.py", "tests", "benchmarks"] if (ROOT / p).exists()]
+    """ruff check and ruff format --check on noxfile.py, tests/, benchmarks/ and gpu_bundle/."""
+    paths = ["noxfile.py", "tests", "benchmarks", "gpu_bundle"]
+    paths = [p for p in paths if (ROOT / p).exists()]
     session.run(PYTHON, "-m", "ruff", "check", *paths)
     session.run(PYTHON, "-m", "ruff", "format", "--check", *paths)
 

@@ -140,6 +140,27 @@ MUTATIONS = [
         "test_determinism.py",
     ),
     Mutation(
+        "bf16 accepted where the GPU only emulates it",
+        "train.py",
+        "torch.cuda.is_bf16_supported(including_emulation=False)",
+        "torch.cuda.is_bf16_supported()",
+        "test_amp.py",
+    ),
+    Mutation(
+        "a CUBLAS_WORKSPACE_CONFIG that torch refuses is kept",
+        "train.py",
+        "    if workspace not in CUBLAS_DETERMINISTIC:\n",
+        "    if workspace is None:\n",
+        "test_determinism.py",
+    ),
+    Mutation(
+        "an op without a deterministic kernel ends in a traceback",
+        "train.py",
+        "        if NONDETERMINISTIC not in str(error):\n",
+        "        if True:\n",
+        "test_determinism.py",
+    ),
+    Mutation(
         "profiler schedule repeats",
         "profiling.py",
         "repeat=1)",

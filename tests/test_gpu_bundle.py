@@ -1,0 +1,62 @@
+"""The GPU bundle builds, and its run.py works without copier or nox: on the CPU in CI,
+its CUDA checks reported as skip (under `nox -s gpu`, TEMPLATE_TEST_DEVICE=cuda, on the GPU)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from combos import COVERING, DEVICE, REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / "gpu_bundle"))
+
+from build import MAX_BYTES, build  # noqa: E402
+
+pytestmark = pytest.mark.suite
+
+
+def test_bundle_builds_and_runs_quick(tmp_path: Path) -> None:
+    bundle = build(tmp_path / "gpu-bundle")
+    assert {p.name for p in (bundle / "projects").iterdir()} == {c.id for c in COVERING}
+    assert sum(p.stat().st_size for p in bundle.rglob("*") if p.is_file()) <= MAX_BYTES
+
+    # Run from another folder, with copier and nox unimportable: the bundle must not need them.
+    blocker = tmp_path / "blocker"
+    blocker.mkdir()
+    for name in ["copier", "nox"]:
+        (blocker / f"{name}.py").write_text(f"raise ImportError('the bundle imported {name}')\n")
+    out = tmp_path / "results"
+    command = [sys.executable, str(bundle / "run.py"), "--out", str(out), "--quick"]
+    result = subprocess.run(
+        [*command, "--device", DEVICE],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(blocker), "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+    results = json.loads((out / "results.json").read_text())
+    assert all(r.keys() == {"name", "status", "seconds", "detail"} for r in results)
+    by_name = {r["name"]: r for r in results}
+    assert {"train: none", "train: amp-ddp-syncbn-accum-ckpt-det-prof"} <= by_name.keys()
+    assert by_name["tests: amp-ddp-syncbn-accum-ckpt-det-prof"]["status"] == "pass"
+    assert "samples/s" in by_name["train: none"]["detail"]
+    cuda = [r for r in results if r["name"].startswith("cuda: ")]
+    assert len(cuda) == 9
+    if DEVICE == "cpu":
+        assert all(r["status"] == "skip" for r in cuda), cuda
+    else:  # a GPU without native bf16 skips that one check
+        assert all(r["status"] == "pass" or r["detail"].endswith("no native bf16") for r in cuda)
+    table = (out / "results.md").read_text()
+    assert table.count("\n") == len(results) + 2
+
+    # A second run into the same folder is refused with one line, not mixed into the old one.
+    again = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 2
+    assert again.stderr.strip().endswith("already holds results; choose a new folder")
