@@ -70,7 +70,9 @@ def test_short_training_run(rendered, torchrun_nproc: int, combo: Combo, tmp_pat
     assert record["val_samples"] == 101  # every validation sample counted exactly once
     assert 0.0 <= record["val_acc"] <= 1.0
     [first_start, *_] = json.loads((out_dir / "run.json").read_text())
-    assert first_start["world_size"] == (torchrun_nproc if combo.ddp else 1)
+    assert first_start["config"]["out_dir"] == str(out_dir)
+    if combo.ddp:
+        assert first_start["world_size"] == torchrun_nproc
 
     if combo.checkpointing:
         import torch
