@@ -31,12 +31,12 @@ METRIC_KEYS = {
 TRAIN = [sys.executable, "-m", "image_classifier.train"]
 
 
-def command(combo: Combo, nproc: int) -> list[str]:
-    """The training command: under torchrun for a ddp project, else a plain process."""
+def command(combo: Combo, nproc: int, module: str = "train") -> list[str]:
+    """A command of the project: under torchrun for a ddp project, else a plain process."""
     if not combo.ddp:
-        return TRAIN
+        return [sys.executable, "-m", f"image_classifier.{module}"]
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    return [*torchrun, "--nproc-per-node", str(nproc), "-m", "image_classifier.train"]
+    return [*torchrun, "--nproc-per-node", str(nproc), "-m", f"image_classifier.{module}"]
 
 
 def flags(combo: Combo, out_dir: Path) -> list[str]:
@@ -69,6 +69,10 @@ def test_short_training_run(rendered, torchrun_nproc: int, combo: Combo, tmp_pat
     assert record["epoch"] == 1
     assert record["val_samples"] == 101  # every validation sample counted exactly once
     assert 0.0 <= record["val_acc"] <= 1.0
+    [first_start, *_] = json.loads((out_dir / "run.json").read_text())
+    assert first_start["config"]["out_dir"] == str(out_dir)
+    if combo.ddp:
+        assert first_start["world_size"] == torchrun_nproc
 
     if combo.checkpointing:
         import torch
@@ -80,10 +84,41 @@ def test_short_training_run(rendered, torchrun_nproc: int, combo: Combo, tmp_pat
         again = run(args + ["--resume", "auto"], cwd=root)
         assert again.returncode == 0, describe(again)
         assert len(read_metrics(out_dir)) == 1, "a finished run resumed and trained again"
+        if combo in COVERING:
+            check_after_training(root, combo, torchrun_nproc, out_dir, tmp_path)
 
     if combo.profiling:
         for name in ["trace.json", "summary.txt"]:
             assert (out_dir / "profile" / name).is_file(), name
+
+
+def check_after_training(
+    root: Path, combo: Combo, nproc: int, out_dir: Path, tmp_path: Path
+) -> None:
+    """evaluate, predict (both under torchrun for ddp) and export the run, as its user would."""
+    result = run([*command(combo, nproc, "evaluate"), "--out-dir", str(out_dir)], cwd=root)
+    assert result.returncode == 0, describe(result)
+    evaluated = json.loads((out_dir / "eval.json").read_text())
+    recorded = read_metrics(out_dir)[evaluated["epoch"] - 1]
+    assert evaluated["val_acc"] == recorded["val_acc"]  # exactly: best.pt's own weights
+    assert evaluated["val_samples"] == 101
+
+    import numpy as np
+
+    np.save(tmp_path / "inputs.npy", np.random.default_rng(0).random((7, 1, 16, 16), "float32"))
+    output = tmp_path / "predictions.csv"
+    args = ["--out-dir", str(out_dir), "--input", str(tmp_path / "inputs.npy"), "--top-k", "3"]
+    result = run([*command(combo, nproc, "predict"), *args, "--output", str(output)], cwd=root)
+    assert result.returncode == 0, describe(result)
+    lines = output.read_text().splitlines()
+    assert len(lines) == 1 + 7, lines  # a header, then each input once
+    assert [line.split(",")[0] for line in lines[1:]] == [str(i) for i in range(7)]
+
+    result = run(
+        [sys.executable, "-m", "image_classifier.export", "--out-dir", str(out_dir)], cwd=root
+    )
+    assert result.returncode == 0, describe(result)
+    assert (out_dir / "export" / "model.pt2").is_file()
 
 
 COVERING_IDS = pytest.mark.parametrize("combo", COVERING, ids=lambda combo: combo.id)

@@ -50,8 +50,8 @@ MUTATIONS = [
     Mutation(
         "validation without inference_mode",
         "train.py",
-        "@torch.inference_mode()\ndef evaluate(",
-        "def evaluate(",
+        "@torch.inference_mode()\ndef validate(",
+        "def validate(",
         "test_validation.py",
     ),
     Mutation(

@@ -22,7 +22,7 @@ MARKERS = {
     "amp": ["autocast", "GradScaler", "precision"],
     "ddp": ["torch.distributed", "DistributedDataParallel", "no_sync", "world_size", "torchrun"],
     "grad_accum": ["accum_steps", "accum-steps", "micro-batch", "window_samples"],
-    "checkpointing": ["resume", "save_checkpoint", "CheckpointError", "SIGTERM"],
+    "checkpointing": ["resume", "save_checkpoint", "CheckpointError", "SIGTERM", "safetensors"],
     "deterministic": ["use_deterministic_algorithms", "CUBLAS"],
     "profiling": ["torch.profiler", "--profile"],
     "sync_bn": ["SyncBatchNorm", "sync_bn"],
