@@ -119,6 +119,13 @@ MUTATIONS = [
         "test_data.py",
     ),
     Mutation(
+        "augment draws from torch's global generator, not from rng",
+        "data.py",
+        "noise = torch.from_numpy(rng.standard_normal(image.shape)).to(image.dtype)",
+        "noise = torch.randn(image.shape, dtype=image.dtype)",
+        "test_data.py",
+    ),
+    Mutation(
         "frozen backbone follows model.train()",
         "model.py",
         "            self.backbone.eval()\n",

@@ -54,12 +54,14 @@ SUMMARY = '''\
 """Print the model's parameter counts: ``python -m <package>.summary [flags of train]``."""
 
 from .config import parse_args
-from .data import Shapes
+from .data import make_datasets
 from .model import build_model
 
 
 def main() -> None:
-    model = build_model(parse_args(), Shapes.num_classes)
+    config = parse_args()
+    train_set, _, num_classes = make_datasets(config)
+    model = build_model(config, num_classes, in_channels=train_set[0][0].shape[0])
     total = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     print(f"{total} parameters, {trainable} trainable")

@@ -1,8 +1,10 @@
 """The example model: a small convolutional classifier. Replace it with your own.
 
-The contract with ``train.py`` is small: ``build_model(config, num_classes)`` returns an
-``nn.Module`` that maps a batch of inputs to logits, and it has a ``backbone`` (frozen by
-``--freeze-backbone``) and a ``head`` (always trained).
+The contract with ``train.py`` is small: ``build_model(config, num_classes, in_channels)``
+returns an ``nn.Module`` that maps a batch of inputs to logits, and it has a ``backbone``
+(frozen by ``--freeze-backbone``) and a ``head`` (always trained). ``train.py`` reads
+``in_channels`` from the first training input (its first dimension), so a dataset with
+another number of channels needs no change here.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ class Classifier(nn.Module):
     def __init__(
         self,
         num_classes: int,
-        in_channels: int = 1,
+        in_channels: int,
         width: int = 16,
         dropout: float = 0.2,
         batch_norm: bool = True,
@@ -84,9 +86,9 @@ class Classifier(nn.Module):
                 block.activation_checkpointing = enabled
 
 
-def build_model(config, num_classes: int) -> Classifier:
-    """Build the model that ``config`` asks for."""
-    model = Classifier(num_classes, width=config.width, dropout=config.dropout)
+def build_model(config, num_classes: int, in_channels: int) -> Classifier:
+    """Build the model that ``config`` asks for, for inputs of ``in_channels`` channels."""
+    model = Classifier(num_classes, in_channels, width=config.width, dropout=config.dropout)
     model.set_activation_checkpointing(config.activation_checkpointing)
     if config.freeze_backbone:
         model.freeze_backbone()
