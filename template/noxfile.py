@@ -1,4 +1,8 @@
-"""Tasks for working on the project: `nox` runs lint, typecheck and tests.
+#!/usr/bin/env -S uv run --script
+# /// script
+# dependencies = ["nox>=2025.2.9"]
+# ///
+"""Tasks for working on the project: `nox` runs them all (or `./noxfile.py`, with uv).
 
 nox -s lint        the pre-commit hooks on every file: ruff, formatting, file hygiene
 nox -s typecheck   mypy on src/, with the settings in pyproject.toml
@@ -15,7 +19,6 @@ import nox
 
 nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "uv|virtualenv"
-nox.options.sessions = ["lint", "typecheck", "tests"]
 
 PYPROJECT = nox.project.load_toml("pyproject.toml")
 CPU_TORCH = ["torch", "--index-url", "https://download.pytorch.org/whl/cpu"]
@@ -46,3 +49,7 @@ def tests(session: nox.Session) -> None:
     """The test suite on the CPU."""
     install(session, "test")
     session.run("pytest", *session.posargs)
+
+
+if __name__ == "__main__":
+    nox.main()

@@ -11,6 +11,8 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from .config import Config
+
 
 class ConvBlock(nn.Module):
     """Two convolutions, then BatchNorm, ReLU and 2x2 pooling.
@@ -84,7 +86,7 @@ class Classifier(nn.Module):
                 block.activation_checkpointing = enabled
 
 
-def build_model(config, num_classes: int) -> Classifier:
+def build_model(config: Config, num_classes: int) -> Classifier:
     """Build the model that ``config`` asks for."""
     model = Classifier(num_classes, width=config.width, dropout=config.dropout)
     model.set_activation_checkpointing(config.activation_checkpointing)
