@@ -313,7 +313,8 @@ def test_pre_commit_config(scaffold) -> None:
     version = subprocess.run(
         [sys.executable, "-m", "ruff", "--version"], capture_output=True, text=True, check=True
     ).stdout.split()[-1]
-    assert ruff_repo["rev"] == f"v{version}", "update the ruff hook's rev (or this venv's ruff)"
+    # Formatting changes between minor versions of ruff: then update the hook's rev.
+    assert ruff_repo["rev"].split(".")[:2] == f"v{version}".split(".")[:2], (ruff_repo, version)
 
 
 @COMBOS
