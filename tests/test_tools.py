@@ -130,3 +130,32 @@ def test_uv_sync_resolves_the_dev_group(project, tmp_path: Path) -> None:
     planned = set(re.findall(r"^ \+ ([\w.-]+)", result.stderr, re.MULTILINE))
     for name in ["torch", "numpy", "pytest", "ruff", "mypy", "nox", "pre-commit"]:
         assert name in planned, f"{name} not planned:\n{result.stderr[-2000:]}"
+
+
+def test_team_defaults_from_the_copier_settings_file(tmp_path: Path) -> None:
+    """docs/team.md's recipe: a settings file's `defaults:` answer the questions they name."""
+    settings = tmp_path / "settings.yml"
+    settings.write_text("defaults:\n  license: Apache-2.0\n  ci: gitlab\n  profiling: false\n")
+    dest = tmp_path / "project"
+    result = subprocess.run(
+        [sys.executable, "-m", "copier", "copy", "--defaults", "--vcs-ref", "HEAD"]
+        + ["--data", "ddp=false", str(REPO_ROOT), str(dest)],
+        env={**os.environ, "COPIER_SETTINGS_PATH": str(settings)},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, describe(result)
+    assert "Apache License" in (dest / "LICENSE").read_text()
+    assert (dest / ".gitlab-ci.yml").is_file() and not (dest / ".github").exists()
+    assert not (dest / "src" / "image_classifier" / "profiling.py").exists()
+    assert not (dest / "slurm.sbatch").exists()  # and --data answers the rest
+
+
+def test_noxfile_lists_the_sessions_ci_calls(project) -> None:
+    result = tool("nox", "--list", "--json", cwd=project("default"))
+    assert result.returncode == 0, describe(result)
+    sessions = {session["session"] for session in json.loads(result.stdout)}
+    assert sessions == {"lint", "typecheck", "tests"}
