@@ -337,6 +337,12 @@ def test_files_pass_the_hygiene_hooks(rendered, combo: Combo) -> None:
                 problems.append(f"{name}:{number}: trailing whitespace")
             if re.search(r"#\s*noqa(?!:)|#\s*type:\s*ignore(?!\[)", line):
                 problems.append(f"{name}:{number}: blanket noqa or type: ignore")
+            if re.match(r"(<<<<<<< |=======$|======= |>>>>>>> )", line):
+                problems.append(f"{name}:{number}: looks like a merge conflict marker")
+            if "\ufffd" in line:
+                problems.append(f"{name}:{number}: unicode replacement character")
+            if path.suffix == ".py" and re.search(r"\bimport pdb\b|\bbreakpoint\(\)", line):
+                problems.append(f"{name}:{number}: debug statement")
         if path.suffix in (".yml", ".yaml"):
             yaml.safe_load(text)
         if path.suffix == ".toml":
