@@ -119,6 +119,9 @@ def render(answers: dict, dest: Path | str) -> Path:
     return Path(dest)
 
 
+# Answers the toggle matrix leaves at their defaults; test_render renders the others.
+QUESTION_DEFAULTS = {"license": "MIT", "copyright_year": "", "ci": "github", "python_min": "3.11"}
+
 _CONDITION = re.compile(r"{%-?\s*(?:if\s+.+?|endif)\s*-?%}")
 
 
@@ -131,6 +134,8 @@ def expected_files(combo: Combo) -> tuple[set[str], set[str]]:
     env = jinja2.Environment(undefined=jinja2.StrictUndefined)
     context = {
         **combo.toggles,
+        # The questions outside the toggle matrix, at their defaults.
+        **QUESTION_DEFAULTS,
         "package_name": PACKAGE,
         "_copier_conf": {"answers_file": ".copier-answers.yml"},
     }

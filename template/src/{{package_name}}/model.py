@@ -13,6 +13,8 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from .config import Config
+
 
 class ConvBlock(nn.Module):
     """Two convolutions, then BatchNorm, ReLU and 2x2 pooling.
@@ -86,7 +88,7 @@ class Classifier(nn.Module):
                 block.activation_checkpointing = enabled
 
 
-def build_model(config, num_classes: int, in_channels: int) -> Classifier:
+def build_model(config: Config, num_classes: int, in_channels: int) -> Classifier:
     """Build the model that ``config`` asks for, for inputs of ``in_channels`` channels."""
     model = Classifier(num_classes, in_channels, width=config.width, dropout=config.dropout)
     model.set_activation_checkpointing(config.activation_checkpointing)

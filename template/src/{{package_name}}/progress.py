@@ -14,7 +14,10 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, Literal, TextIO
+
+if TYPE_CHECKING:
+    from torch.utils.tensorboard import SummaryWriter
 
 # Redraw the status line at most this often; a terminal write per step would cost time.
 REDRAW_SECONDS = 0.2
@@ -30,7 +33,8 @@ class Progress:
         self.start: tuple[float, int] | None = None  # (time, samples) of the epoch's first step
         self.drawn_at = 0.0
         self.loss: float | None = None
-        self.writer = None  # a SummaryWriter once the first epoch ends, False without TensorBoard
+        # A SummaryWriter once the first epoch ends, False without TensorBoard.
+        self.writer: SummaryWriter | Literal[False] | None = None
 
     def step(self, epoch: int, step: int, done: int, total: int, loss: float | None = None) -> None:
         """Report a training step: ``done`` of ``total`` samples; ``loss`` only when known.
@@ -64,7 +68,7 @@ class Progress:
         self._clear()
         print(message, file=self.stream, flush=True)
 
-    def epoch(self, record: dict, out_dir: str | Path) -> None:
+    def epoch(self, record: dict[str, float | int], out_dir: str | Path) -> None:
         """End the epoch: print its record and send it to TensorBoard, if installed."""
         fields = (f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items())
         self.line(" ".join(fields))
@@ -89,7 +93,7 @@ class Progress:
             self.shown = ""
 
 
-def _summary_writer(folder: Path):
+def _summary_writer(folder: Path) -> SummaryWriter | Literal[False]:
     """A TensorBoard SummaryWriter for ``folder``, or False when TensorBoard is not installed."""
     try:
         from torch.utils.tensorboard import SummaryWriter
