@@ -39,12 +39,15 @@ def command(combo: Combo, nproc: int, module: str = "train") -> list[str]:
     return [*torchrun, "--nproc-per-node", str(nproc), "-m", f"image_classifier.{module}"]
 
 
-def flags(combo: Combo, out_dir: Path) -> list[str]:
+def flags(combo: Combo, out_dir: Path, nproc: int) -> list[str]:
     args = [*SHORT_RUN, "--out-dir", str(out_dir)]
     if combo.grad_accum:
         args += ["--accum-steps", "3"]  # 8 batches: windows of 3, 3 and a short 2
     if combo.profiling:
-        args += ["--profile"]
+        # The profiler's schedule needs 5 steps: batches of 8 make 16 or more per rank, so 6
+        # steps or more with windows of 3.
+        size = 128 * max(nproc, 2)
+        args += ["--profile", "--batch-size", "8", "--train-size", str(size)]
     if DEVICE != "cpu":
         args += ["--device", DEVICE]
     return args
@@ -58,7 +61,8 @@ def read_metrics(out_dir: Path) -> list[dict]:
 def test_short_training_run(rendered, torchrun_nproc: int, combo: Combo, tmp_path: Path) -> None:
     root = rendered(combo)
     out_dir = tmp_path / "run"
-    args = command(combo, torchrun_nproc) + flags(combo, out_dir)
+    nproc = torchrun_nproc if combo.ddp else 1
+    args = command(combo, torchrun_nproc) + flags(combo, out_dir, nproc)
     result = run(args, cwd=root)
     assert result.returncode == 0, describe(result)
 
