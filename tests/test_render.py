@@ -153,6 +153,7 @@ def test_defaults_render_without_prompts(tmp_path: Path) -> None:
 # the standard library, a package the project or its extras import.
 REFUSED_NAMES = ["2abc", "my-pkg", "_x", "import", "class", "train", "conftest", "processes"]
 REFUSED_NAMES += ["test_data", "torch", "json", "os", "matplotlib", "tensorboard", "setuptools"]
+REFUSED_NAMES += ["loggers", "mlflow", "wandb"]
 
 
 @pytest.mark.parametrize("name", REFUSED_NAMES)

@@ -1,11 +1,9 @@
-"""What a training run shows while it runs: a status line, log lines and TensorBoard curves.
+"""What a training run shows while it runs: a status line and log lines.
 
 On a terminal, one line is redrawn in place with the epoch's progress, the loss, the
 throughput and the time left. Anywhere else (CI, a SLURM log, a pipe) the run prints plain
 log lines instead, which read well in a file. Only rank 0 reports; train.py sees to that.
-
-With TensorBoard installed (``pip install -e '.[tensorboard]'``), each epoch's metrics also
-go to ``<out-dir>/tb``: ``tensorboard --logdir <out-dir>/tb``.
+Experiment trackers (TensorBoard, ...) are in loggers.py, switched on with --logger.
 """
 
 from __future__ import annotations
@@ -13,18 +11,14 @@ from __future__ import annotations
 import math
 import sys
 import time
-from pathlib import Path
-from typing import TYPE_CHECKING, Literal, TextIO
-
-if TYPE_CHECKING:
-    from torch.utils.tensorboard import SummaryWriter
+from typing import TextIO
 
 # Redraw the status line at most this often; a terminal write per step would cost time.
 REDRAW_SECONDS = 0.2
 
 
 class Progress:
-    """The status line on a terminal, plain lines elsewhere, and the TensorBoard writer."""
+    """The status line on a terminal, and plain lines elsewhere."""
 
     def __init__(self, stream: TextIO | None = None) -> None:
         self.stream = stream or sys.stdout
@@ -33,8 +27,6 @@ class Progress:
         self.start: tuple[float, int] | None = None  # (time, samples) of the epoch's first step
         self.drawn_at = 0.0
         self.loss: float | None = None
-        # A SummaryWriter once the first epoch ends, False without TensorBoard.
-        self.writer: SummaryWriter | Literal[False] | None = None
 
     def step(self, epoch: int, step: int, done: int, total: int, loss: float | None = None) -> None:
         """Report a training step: ``done`` of ``total`` samples; ``loss`` only when known.
@@ -68,18 +60,11 @@ class Progress:
         self._clear()
         print(message, file=self.stream, flush=True)
 
-    def epoch(self, record: dict[str, float | int], out_dir: str | Path) -> None:
-        """End the epoch: print its record and send it to TensorBoard, if installed."""
+    def epoch(self, record: dict) -> None:
+        """End the epoch: print its record."""
         fields = (f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items())
         self.line(" ".join(fields))
         self.start, self.loss = None, None
-        if self.writer is None:
-            self.writer = _summary_writer(Path(out_dir) / "tb")
-        if self.writer:
-            for key, value in record.items():
-                if key != "epoch" and isinstance(value, int | float):
-                    self.writer.add_scalar(key, value, record["epoch"])
-            self.writer.flush()
 
     def _draw(self, text: str) -> None:
         # \r returns to the line start; the padding wipes what a longer line left behind.
@@ -91,15 +76,6 @@ class Progress:
         if self.shown:
             self.stream.write("\r" + " " * len(self.shown) + "\r")
             self.shown = ""
-
-
-def _summary_writer(folder: Path) -> SummaryWriter | Literal[False]:
-    """A TensorBoard SummaryWriter for ``folder``, or False when TensorBoard is not installed."""
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:
-        return False
-    return SummaryWriter(str(folder))
 
 
 def _duration(seconds: float) -> str:
