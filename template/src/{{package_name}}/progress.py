@@ -22,7 +22,7 @@ class Progress:
 
     def __init__(self, stream: TextIO | None = None, quiet: bool = False) -> None:
         self.stream = stream or sys.stdout
-        self.quiet = quiet  # show nothing: another process reports
+        self.quiet = quiet  # show nothing at all
         self.live = self.stream.isatty()
         self.shown = ""  # the status line on screen, if any
         self.start: tuple[float, int] | None = None  # (time, samples) of the epoch's first step
