@@ -29,7 +29,7 @@ class Mutation:
     file: str  # in src/<package>/
     old: str
     new: str
-    test: str  # the generated test file that must catch it
+    test: str  # the generated test file (or test) that must catch it
 
     def apply(self, project: Path) -> None:
         path = project / "src" / PACKAGE / self.file
@@ -166,6 +166,20 @@ MUTATIONS = [
         "    if NONDETERMINISTIC not in str(error):\n",
         "    if True:\n",
         "test_determinism.py",
+    ),
+    Mutation(
+        "validation's loss takes the training's label smoothing",
+        "validation.py",
+        "totals[0] += loss_sum(logits, y)",
+        "totals[0] += loss_sum(logits, y, 0.1)",
+        "test_training_options.py::test_label_smoothing_trains_with_it_and_validates_without",
+    ),
+    Mutation(
+        "a resumed run forgets the early-stopping count",
+        "checkpoint.py",
+        "if field.name in saved]",
+        'if field.name in saved and field.name != "early_stop_epochs"]',
+        "test_checkpoint.py::test_training_options_resume_bit_identical_and_stop_at_the_same_epoch",
     ),
     Mutation(
         "profiler schedule repeats",
