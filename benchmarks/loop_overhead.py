@@ -144,8 +144,9 @@ def measure(project: Path, extra: list[str], device_name: str, quick: bool) -> d
     package = next(p.name for p in (project / "src").iterdir() if (p / "train.py").exists())
     train = __import__(f"{package}.train", fromlist=["train"])
     config_module = __import__(f"{package}.config", fromlist=["config"])
-    if hasattr(train, "make_deterministic"):
-        train.make_deterministic()  # as the all-on project's main() does, for every loop here
+    runtime = __import__(f"{package}.runtime", fromlist=["runtime"])
+    if hasattr(runtime, "make_deterministic"):
+        runtime.make_deterministic()  # as the all-on project's main() does, for every loop here
     logging.getLogger("lightning").setLevel(logging.ERROR)
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore")
@@ -218,21 +219,18 @@ def make_loops(train, config, device, steps: int, rounds: int) -> dict:
     run, train_loader, _ = train.setup(*setup_args)
     batches = Batches([(x.to(device), y.to(device)) for x, y in train_loader], train_loader.sampler)
     assert len(batches) == steps
-    epoch_args = [run, batches]
-    if "prof" in inspect.signature(train.train_epoch).parameters:
-        epoch_args.append(None)
     initial = copy.deepcopy(run.net.state_dict())
 
     def rendered() -> float:
         sync()
         start = clock()
         with contextlib.redirect_stdout(io.StringIO()):  # its log line every log_every steps
-            train.train_epoch(*epoch_args)
+            train.train_epoch(run, batches)
         sync()
         seconds = clock() - start
         # What train() does between epochs, outside the timing.
         train.check_finite(run)
-        run.epoch, run.batches_done, run.loss_sum, run.samples = run.epoch + 1, 0, None, 0
+        run.state.end_epoch()
         return seconds
 
     def fresh_model() -> torch.nn.Module:

@@ -169,7 +169,7 @@ from image_classifier import train
 step = train.optimizer_step
 def stop_at(run):
     step(run)
-    if run.step == 2:
+    if run.state.step == 2:
         os.kill(os.getpid(), signal.SIGTERM)
 train.optimizer_step = stop_at
 sys.exit(train.main(sys.argv[1:]))

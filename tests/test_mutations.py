@@ -29,7 +29,7 @@ class Mutation:
     file: str  # in src/<package>/
     old: str
     new: str
-    test: str  # the generated test file that must catch it
+    test: str  # the generated test file (or test) that must catch it
 
     def apply(self, project: Path) -> None:
         path = project / "src" / PACKAGE / self.file
@@ -43,27 +43,27 @@ MUTATIONS = [
     Mutation(
         "loss divided by accum_steps * batch_size, not the window's samples",
         "train.py",
-        "loss = loss_sum / window_samples(run.batches_done, batches, samples, config)",
+        "loss = loss_sum / window_samples(state.batches_done, batches, samples, config)",
         "loss = loss_sum / (config.accum_steps * config.batch_size)",
         "test_grad_accum.py",
     ),
     Mutation(
         "validation without inference_mode",
-        "train.py",
+        "validation.py",
         "@torch.inference_mode()\ndef validate(",
         "def validate(",
         "test_validation.py",
     ),
     Mutation(
         "validation in train mode",
-        "train.py",
+        "validation.py",
         "    net.eval()\n",
         "    net.train()\n",
         "test_validation.py",
     ),
     Mutation(
         "validation does not restore the training mode",
-        "train.py",
+        "validation.py",
         "        net.train(was_training)\n",
         "        pass\n",
         "test_validation.py",
@@ -71,15 +71,15 @@ MUTATIONS = [
     Mutation(
         "live loss accumulated (no detach)",
         "train.py",
-        "run.loss_sum += loss_sum.detach()",
-        "run.loss_sum += loss_sum",
+        "state.loss_sum += loss_sum.detach()",
+        "state.loss_sum += loss_sum",
         "test_loop.py",
     ),
     Mutation(
         "clip before unscale_",
         "train.py",
         "    run.scaler.unscale_(run.optimizer)",
-        "    torch.nn.utils.clip_grad_norm_(run.net.parameters(), run.config.grad_clip)\n"
+        "    torch.nn.utils.clip_grad_norm_(run.net.parameters(), config.grad_clip)\n"
         "    run.scaler.unscale_(run.optimizer)",
         "test_amp.py",
     ),
@@ -141,31 +141,45 @@ MUTATIONS = [
     ),
     Mutation(
         "torch RNG not seeded",
-        "train.py",
+        "runtime.py",
         "    torch.manual_seed(seed)",
         "    torch.seed()",
         "test_determinism.py",
     ),
     Mutation(
         "bf16 accepted where the GPU only emulates it",
-        "train.py",
+        "runtime.py",
         "torch.cuda.is_bf16_supported(including_emulation=False)",
         "torch.cuda.is_bf16_supported()",
         "test_amp.py",
     ),
     Mutation(
         "a CUBLAS_WORKSPACE_CONFIG that torch refuses is kept",
-        "train.py",
+        "runtime.py",
         "    if workspace not in CUBLAS_DETERMINISTIC:\n",
         "    if workspace is None:\n",
         "test_determinism.py",
     ),
     Mutation(
         "an op without a deterministic kernel ends in a traceback",
-        "train.py",
-        "        if NONDETERMINISTIC not in str(error):\n",
-        "        if True:\n",
+        "runtime.py",
+        "    if NONDETERMINISTIC not in str(error):\n",
+        "    if True:\n",
         "test_determinism.py",
+    ),
+    Mutation(
+        "validation's loss takes the training's label smoothing",
+        "validation.py",
+        "totals[0] += loss_sum(logits, y)",
+        "totals[0] += loss_sum(logits, y, 0.1)",
+        "test_training_options.py::test_label_smoothing_trains_with_it_and_validates_without",
+    ),
+    Mutation(
+        "a resumed run forgets the early-stopping count",
+        "checkpoint.py",
+        "if field.name in saved]",
+        'if field.name in saved and field.name != "early_stop_epochs"]',
+        "test_checkpoint.py::test_training_options_resume_bit_identical_and_stop_at_the_same_epoch",
     ),
     Mutation(
         "profiler schedule repeats",

@@ -20,8 +20,9 @@ REDRAW_SECONDS = 0.2
 class Progress:
     """The status line on a terminal, and plain lines elsewhere."""
 
-    def __init__(self, stream: TextIO | None = None) -> None:
+    def __init__(self, stream: TextIO | None = None, quiet: bool = False) -> None:
         self.stream = stream or sys.stdout
+        self.quiet = quiet  # show nothing at all
         self.live = self.stream.isatty()
         self.shown = ""  # the status line on screen, if any
         self.start: tuple[float, int] | None = None  # (time, samples) of the epoch's first step
@@ -57,6 +58,8 @@ class Progress:
 
     def line(self, message: str) -> None:
         """Print a log line, above the status line if there is one."""
+        if self.quiet:
+            return
         self._clear()
         print(message, file=self.stream, flush=True)
 
@@ -67,6 +70,8 @@ class Progress:
         self.start, self.loss = None, None
 
     def _draw(self, text: str) -> None:
+        if self.quiet:
+            return
         # \r returns to the line start; the padding wipes what a longer line left behind.
         self.stream.write("\r" + text.ljust(len(self.shown)))
         self.stream.flush()
