@@ -153,7 +153,7 @@ SHORT_RUN += ["--num-workers", "0"]
 # Answers the toggle matrix leaves at their defaults; test_render renders the others.
 QUESTION_DEFAULTS = {"license": "MIT", "copyright_year": "", "ci": "github", "python_min": "3.11"}
 
-_CONDITION = re.compile(r"{%-?\s*(?:if\s+.+?|endif)\s*-?%}")
+CONDITION = re.compile(r"{%-?\s*(?:if\s+.+?|endif)\s*-?%}")
 
 
 def expected_files(combo: Combo) -> tuple[set[str], set[str]]:
@@ -173,12 +173,12 @@ def expected_files(combo: Combo) -> tuple[set[str], set[str]]:
     present, absent = set(), set()
     for path in sorted(TEMPLATE_DIR.rglob("*")):
         relative = path.relative_to(TEMPLATE_DIR).as_posix()
-        if not path.is_file() or "__pycache__" in relative or not _CONDITION.search(relative):
+        if not path.is_file() or "__pycache__" in relative or not CONDITION.search(relative):
             continue
         parts = [env.from_string(part).render(context) for part in relative.split("/")]
         parts[-1] = parts[-1].removesuffix(".jinja")
         # The file's name when it exists: its conditions removed.
-        name = env.from_string(_CONDITION.sub("", relative)).render(context)
+        name = env.from_string(CONDITION.sub("", relative)).render(context)
         name = name.removesuffix(".jinja")
         (present if all(parts) else absent).add(name)
     return present, absent
