@@ -41,8 +41,8 @@ def test_questions_page_lists_every_question() -> None:
 
 
 # ---------------------------------------------------------------- code quoted in the pages
-# A ```python block in a page is either a quote of the rendered code or marked as none, on
-# the line right before it (HTML comments, which the site does not show):
+# A ```python block in a page says what it is on the last non-blank line before it, in an
+# HTML comment (the site does not show it):
 #   <!-- quote: src/image_classifier/train.py -->  the block occurs in that file of the
 #       all-on project, lines in order and under one common indent; a line that is just
 #       "..." stands for lines left out, so the parts between them are checked one by one,
