@@ -73,7 +73,7 @@ def gpu(session: nox.Session) -> None:
 def demo(session: nox.Session) -> None:
     """Render the default project into build/demo (replacing it) and train it."""
     sys.path.insert(0, str(ROOT / "tests"))
-    from combos import DEFAULT, render
+    from combos import DEFAULT, PACKAGE, render
 
     if DEMO.exists():
         shutil.rmtree(DEMO)
@@ -81,7 +81,7 @@ def demo(session: nox.Session) -> None:
     session.log(f"rendered the default project into {DEMO}")
     env = {"PYTHONPATH": str(DEMO / "src")}
     session.chdir(DEMO)
-    session.run(PYTHON, "-m", "image_classifier.train", "--out-dir", "runs/demo", env=env)
+    session.run(PYTHON, "-m", f"{PACKAGE}.train", "--out-dir", "runs/demo", env=env)
     session.log(f"metrics: {DEMO / 'runs' / 'demo' / 'metrics.jsonl'}")
 
 

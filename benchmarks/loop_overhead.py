@@ -60,13 +60,13 @@ import warnings
 from pathlib import Path
 
 TEMPLATE = Path(__file__).resolve().parents[1]
-TOGGLES = ["amp", "ddp", "grad_accum", "checkpointing", "deterministic", "profiling"]
+sys.path.insert(0, str(TEMPLATE / "tests"))
+
+from combos import BY_ID, DEFAULT, PACKAGE, render  # noqa: E402
+
 PROJECTS = {
-    "all-off": ({name: False for name in TOGGLES}, []),
-    "all-on": (
-        {name: True for name in TOGGLES} | {"sync_bn": True},
-        ["--precision", "fp32", "--accum-steps", "1"],
-    ),
+    "all-off": (BY_ID["none"].answers, []),
+    "all-on": (DEFAULT.answers, ["--precision", "fp32", "--accum-steps", "1"]),
 }
 # name: (width, batch size, steps per round, rounds after the warm-up round)
 SIZES = {"tiny": (4, 8, 20, 60), "compute": (16, 64, 6, 12)}
@@ -88,16 +88,12 @@ def main() -> None:
         print(json.dumps(results))
         return
 
-    from copier import run_copy
-
     env = os.environ | {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     results = {}
     with tempfile.TemporaryDirectory(prefix="loop-overhead-") as tmp:
         for name, (answers, extra) in PROJECTS.items():
-            dest = Path(tmp) / name
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # "dirty template" while the work tree has edits
-                run_copy(args.template, str(dest), data=answers, defaults=True, quiet=True)
+            # The working tree (HEAD and uncommitted changes), never a release tag.
+            dest = render(answers, Path(tmp) / name, template=args.template)
             # One process per project: the two render the same package name, and the all-on
             # project switches on deterministic algorithms for the whole process.
             command = [sys.executable, __file__, "--child", str(dest), "--extra", " ".join(extra)]
@@ -141,10 +137,9 @@ def measure(project: Path, extra: list[str], device_name: str, quick: bool) -> d
 
     torch.set_num_threads(1)
     sys.path.insert(0, str(project / "src"))
-    package = next(p.name for p in (project / "src").iterdir() if (p / "train.py").exists())
-    train = __import__(f"{package}.train", fromlist=["train"])
-    config_module = __import__(f"{package}.config", fromlist=["config"])
-    runtime = __import__(f"{package}.runtime", fromlist=["runtime"])
+    train = __import__(f"{PACKAGE}.train", fromlist=["train"])
+    config_module = __import__(f"{PACKAGE}.config", fromlist=["config"])
+    runtime = __import__(f"{PACKAGE}.runtime", fromlist=["runtime"])
     if hasattr(runtime, "make_deterministic"):
         runtime.make_deterministic()  # as the all-on project's main() does, for every loop here
     logging.getLogger("lightning").setLevel(logging.ERROR)

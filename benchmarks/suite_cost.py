@@ -2,13 +2,13 @@
 
     python benchmarks/suite_cost.py          # about a minute on 2 CPU cores
 
-For k = 1, 2 and 4 combinations it renders each combination with copier and trains it end
-to end as the end-to-end tests do (``--epochs 1 --train-size 256 --val-size 101
---batch-size 32 --num-workers 0``), one after another, and prints the wall time of the
-batch and the time per combination. The sets are nested (the first k of one list), and the
-combinations are single-process ones of similar size (every toggle off, then pairs of
-toggles on), so that a constant time per combination means the cost grows linearly in the
-number of combinations. Nothing is shared or cached between combinations: each renders
+For k = 1, 2 and 4 combinations it renders each combination from the working tree (as the
+tests do, with tests/combos.py) and trains it end to end as the end-to-end tests do
+(``combos.SHORT_RUN``: one epoch of 256 samples), one after another, and prints the wall
+time of the batch and the time per combination. The sets are nested (the first k of one
+list), and the combinations are single-process ones of similar size (every toggle off, then
+pairs of toggles on), so that a constant time per combination means the cost grows linearly
+in the number of combinations. Nothing is shared or cached between combinations: each renders
 afresh into its own folder and trains in its own process.
 
 A straight-line fit, seconds = fixed + per_combination * k, gives the cost of one more
@@ -25,30 +25,25 @@ import subprocess
 import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
 
-TEMPLATE = Path(__file__).resolve().parents[1]
-TOGGLES = ["amp", "ddp", "grad_accum", "checkpointing", "deterministic", "profiling"]
-OFF = {name: False for name in TOGGLES}
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from combos import BY_ID, PACKAGE, SHORT_RUN, render  # noqa: E402
+
+OFF = BY_ID["none"].answers
 COMBINATIONS = [
     OFF,
     OFF | {"amp": True, "grad_accum": True},
     OFF | {"checkpointing": True, "deterministic": True},
     OFF | {"profiling": True, "amp": True},
 ]
-TRAIN_FLAGS = "--epochs 1 --train-size 256 --val-size 101 --batch-size 32 --num-workers 0"
 
 
 def render_and_train(answers: dict, dest: Path) -> None:
-    from copier import run_copy
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "dirty template" while the work tree has edits
-        run_copy(str(TEMPLATE), str(dest), data=answers, defaults=True, quiet=True)
-    package = next(p.name for p in (dest / "src").iterdir() if (p / "train.py").exists())
+    render(answers, dest)  # the working tree, as the tests render it
     env = os.environ | {"PYTHONPATH": str(dest / "src"), "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", f"{package}.train", *TRAIN_FLAGS.split()]
+    command = [sys.executable, "-m", f"{PACKAGE}.train", *SHORT_RUN]
     command += ["--device", "cpu", "--out-dir", str(dest / "run")]
     subprocess.run(command, cwd=dest, env=env, check=True, capture_output=True)
     if not (dest / "run" / "metrics.jsonl").exists():

@@ -17,7 +17,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-from combos import COVERING, DEFAULT, render  # noqa: E402
+from combos import COVERING, DEFAULT, PACKAGE, SHORT_RUN, render  # noqa: E402
 
 # What run.py --quick covers: all toggles on and all off.
 QUICK = [DEFAULT.id, "none"]
@@ -32,6 +32,8 @@ def build(dest: Path) -> Path:
     for combo in COVERING:
         render(combo.answers, dest / "projects" / combo.id)
     manifest = {
+        "package": PACKAGE,
+        "short_run": SHORT_RUN,
         "default": DEFAULT.id,
         "quick": QUICK,
         "combos": [{"id": combo.id, **combo.toggles} for combo in COVERING],

@@ -29,7 +29,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-PACKAGE = "image_classifier"
 
 # Result name -> test in the all-on project's tests/test_gpu.py that checks it.
 CHECKS = {
@@ -43,13 +42,10 @@ CHECKS = {
     "cuda: profiler trace with CUDA kernels": "test_profiler_records_cuda_kernels",
     "cuda: mid-epoch resume, bit-identical": "test_resume_mid_epoch_on_cuda_is_bit_identical",
 }
-# Short runs: the whole bundle must fit in a few minutes of GPU time.
-TRAIN = {
-    "cuda": ["--epochs", "2", "--train-size", "4096", "--val-size", "1000"],
-    "cpu": ["--epochs", "1", "--train-size", "256", "--val-size", "101"],
-}
-TRAIN["cuda"] += ["--batch-size", "128", "--num-workers", "4", "--log-every", "8"]
-TRAIN["cpu"] += ["--batch-size", "32", "--num-workers", "0", "--log-every", "4"]
+# Short runs: the whole bundle must fit in a few minutes of GPU time. On the CPU, the short run
+# of the template's end-to-end tests, which build.py writes into combos.json.
+CUDA_RUN = ["--epochs", "2", "--train-size", "4096", "--val-size", "1000"]
+CUDA_RUN += ["--batch-size", "128", "--num-workers", "4", "--log-every", "8"]
 
 
 def result(name: str, status: str, seconds: float, detail: str) -> dict:
@@ -103,19 +99,20 @@ def machine(torch, device: str) -> dict:
     return result("environment", "pass", 0.0, ", ".join(parts))
 
 
-def train(combo: dict, device: str, nproc: int, out: Path) -> dict:
+def train(combo: dict, device: str, nproc: int, out: Path, manifest: dict) -> dict:
     """Train one combination for a short run; report samples/s and peak GPU memory."""
     name = f"train: {combo['id']}"
     project = HERE / "projects" / combo["id"]
     run_dir = out / "runs" / combo["id"]
     report = out / "reports" / combo["id"]
     report.parent.mkdir(parents=True, exist_ok=True)
-    flags = [*TRAIN[device], "--device", device, "--out-dir", str(run_dir)]
+    short = CUDA_RUN if device == "cuda" else [*manifest["short_run"], "--log-every", "4"]
+    flags = [*short, "--device", device, "--out-dir", str(run_dir)]
     if combo["grad_accum"]:
         flags += ["--accum-steps", "2"]
     if combo["profiling"]:
         flags += ["--profile"]
-    measure = [str(HERE / "measure.py"), str(report), PACKAGE]
+    measure = [str(HERE / "measure.py"), str(report), manifest["package"]]
     if combo["ddp"]:
         launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
         command = [*launcher, f"--nproc-per-node={nproc}", *measure, *flags]
@@ -222,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     record(results.pop())
     # One training run at a time: a ddp run takes every GPU.
     for combo in combos:
-        record(train(combo, device, nproc, out))
+        record(train(combo, device, nproc, out, manifest))
     # The suites in parallel: their training processes run on the CPU, their GPU tests are short.
     # --quick: the all-on project's suite alone, which holds the CUDA checks. The tests marked
     # slow train in processes pinned to the CPU, which CI covers: on CUDA only with --slow.

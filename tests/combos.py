@@ -6,19 +6,23 @@ its enabled toggles in a fixed order ("amp-ddp-syncbn-accum-ckpt-det-prof"), or 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import logging
 import os
 import re
 import subprocess
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import copier
 import jinja2
+from copier.errors import DirtyLocalWarning
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE_DIR = REPO_ROOT / "template"
-PACKAGE = "image_classifier"
+PACKAGE = "image_classifier"  # package_name's default: every render here keeps it
 # "cuda" under `nox -s gpu`: the end-to-end tests then train on the GPU (nccl for ddp).
 DEVICE = os.environ.get("TEMPLATE_TEST_DEVICE", "cpu")
 
@@ -33,6 +37,7 @@ SHORT = {
     "deterministic": "det",
     "profiling": "prof",
 }
+TOGGLES = list(SHORT)
 INDEPENDENT = ["amp", "grad_accum", "checkpointing", "deterministic", "profiling"]
 # sync_bn is asked only when ddp is on, so ddp has three states rather than four.
 DDP_STATES = [(False, False), (True, False), (True, True)]
@@ -100,29 +105,55 @@ COVERING = _covering()
 DEFAULT = BY_ID["amp-ddp-syncbn-accum-ckpt-det-prof"]  # every question at its default
 
 
-def render(answers: dict, dest: Path | str) -> Path:
+def render(
+    answers: dict, dest: Path | str, *, template: Path | str = REPO_ROOT, vcs_ref: str = "HEAD"
+) -> Path:
     """Render the template as committed at HEAD, plus any uncommitted changes, into dest.
 
-    vcs_ref="HEAD" matters once the repository has release tags: without it copier would
-    render the latest tag instead of the code under test. For a local HEAD copier also
-    includes uncommitted and untracked (not ignored) changes, with a DirtyLocalWarning.
+    The questions answers leaves out take their defaults. vcs_ref="HEAD" matters once the
+    repository has release tags: without it copier would render the latest tag instead of the
+    code under test. For a local HEAD copier also includes uncommitted and untracked (not
+    ignored) changes; the DirtyLocalWarning that says so is expected here and not shown.
+    tests/test_update.py passes another template (a clone with tags) and a tag as vcs_ref.
     """
-    copier.run_copy(
-        str(REPO_ROOT),
-        str(dest),
-        data=answers,
-        defaults=True,
-        quiet=True,
-        unsafe=False,
-        vcs_ref="HEAD",
-    )
+    with _quiet_copier():
+        copier.run_copy(
+            str(template),
+            str(dest),
+            data=answers,
+            defaults=True,
+            quiet=True,
+            unsafe=False,
+            vcs_ref=vcs_ref,
+        )
     return Path(dest)
+
+
+@contextlib.contextmanager
+def _quiet_copier():
+    """Copier runs git through plumbum, which logs every command at DEBUG: under nox, whose
+    root logger shows DEBUG, that was dozens of "Running git" lines per render."""
+    plumbum = logging.getLogger("plumbum")
+    level = plumbum.level
+    plumbum.setLevel(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DirtyLocalWarning)
+            yield
+    finally:
+        plumbum.setLevel(level)
+
+
+# A short training run: one epoch of a few batches. The end-to-end tests, the benchmarks and
+# the GPU bundle's CPU runs all train this long.
+SHORT_RUN = ["--epochs", "1", "--train-size", "256", "--val-size", "101", "--batch-size", "32"]
+SHORT_RUN += ["--num-workers", "0"]
 
 
 # Answers the toggle matrix leaves at their defaults; test_render renders the others.
 QUESTION_DEFAULTS = {"license": "MIT", "copyright_year": "", "ci": "github", "python_min": "3.11"}
 
-_CONDITION = re.compile(r"{%-?\s*(?:if\s+.+?|endif)\s*-?%}")
+CONDITION = re.compile(r"{%-?\s*(?:if\s+.+?|endif)\s*-?%}")
 
 
 def expected_files(combo: Combo) -> tuple[set[str], set[str]]:
@@ -142,12 +173,12 @@ def expected_files(combo: Combo) -> tuple[set[str], set[str]]:
     present, absent = set(), set()
     for path in sorted(TEMPLATE_DIR.rglob("*")):
         relative = path.relative_to(TEMPLATE_DIR).as_posix()
-        if not path.is_file() or "__pycache__" in relative or not _CONDITION.search(relative):
+        if not path.is_file() or "__pycache__" in relative or not CONDITION.search(relative):
             continue
         parts = [env.from_string(part).render(context) for part in relative.split("/")]
         parts[-1] = parts[-1].removesuffix(".jinja")
         # The file's name when it exists: its conditions removed.
-        name = env.from_string(_CONDITION.sub("", relative)).render(context)
+        name = env.from_string(CONDITION.sub("", relative)).render(context)
         name = name.removesuffix(".jinja")
         (present if all(parts) else absent).add(name)
     return present, absent

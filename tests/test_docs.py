@@ -1,14 +1,19 @@
-"""The reference pages list exactly the flags and questions the template has."""
+"""The pages agree with the template: the flags and questions it has, the code they quote and
+the tests they cite."""
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib.util
+import itertools
 import re
 import sys
+import textwrap
 
+import pytest
 import yaml
-from combos import DEFAULT, PACKAGE, REPO_ROOT
+from combos import CONDITION, DEFAULT, PACKAGE, REPO_ROOT
 
 DOCS = REPO_ROOT / "docs" / "reference"
 
@@ -33,3 +38,183 @@ def test_questions_page_lists_every_question() -> None:
     page = (DOCS / "questions.md").read_text()
     documented = set(re.findall(r"^\| `([a-z_]+)`", page, re.MULTILINE))
     assert asked <= documented
+
+
+# ---------------------------------------------------------------- code quoted in the pages
+# A ```python block in a page says what it is on the last non-blank line before it, in an
+# HTML comment (the site does not show it):
+#   <!-- quote: src/image_classifier/train.py -->  the block occurs in that file of the
+#       all-on project, lines in order and under one common indent; a line that is just
+#       "..." stands for lines left out, so the parts between them are checked one by one,
+#       in order.
+#   <!-- recipe: NAME -->  a recipe of own-data.md, run by tests/test_own_data.py.
+#   <!-- not a quote -->   an example for the reader, checked by nothing here.
+PAGES = sorted([*(REPO_ROOT / "docs").rglob("*.md"), REPO_ROOT / "README.md"])
+FENCE = re.compile(r"^\s*```python\s*$")
+QUOTE = re.compile(r"^<!-- quote: (?P<path>\S+) -->$")
+NOT_CHECKED_HERE = re.compile(r"^<!-- (not a quote|recipe: [\w-]+) -->$")
+
+
+@dataclasses.dataclass
+class Block:
+    page: str  # relative to the repository
+    line: int  # of the opening fence
+    marker: str  # the line before the fence, stripped
+    code: list[str]  # dedented
+
+    @property
+    def where(self) -> str:
+        return f"{self.page}:{self.line}"
+
+
+def python_blocks() -> list[Block]:
+    blocks = []
+    for page in PAGES:
+        lines = page.read_text().splitlines()
+        number = 0
+        while number < len(lines):
+            if FENCE.match(lines[number]):
+                end = next(i for i in range(number + 1, len(lines)) if lines[i].strip() == "```")
+                before = [line.strip() for line in lines[:number] if line.strip()]
+                code = textwrap.dedent("\n".join(lines[number + 1 : end])).splitlines()
+                relative = page.relative_to(REPO_ROOT).as_posix()
+                blocks.append(Block(relative, number + 1, before[-1] if before else "", code))
+                number = end
+            number += 1
+    return blocks
+
+
+def parts(code: list[str]) -> list[list[str]]:
+    """The block split at its "..." lines, empty parts dropped."""
+    found: list[list[str]] = [[]]
+    for line in code:
+        if line.strip() == "...":
+            found.append([])
+        else:
+            found[-1].append(line.rstrip())
+    # Blank lines around a "..." belong to no part.
+    found = [[*itertools.dropwhile(lambda line: not line, part)] for part in found]
+    found = [[*itertools.dropwhile(lambda line: not line, part[::-1])][::-1] for part in found]
+    return [part for part in found if part]
+
+
+def indent_at(part: list[str], line: str) -> str | None:
+    """The indent that makes part's first line the file's line, or None if none does."""
+    indent = line.rstrip()[: len(line.rstrip()) - len(part[0])]
+    return indent if line.rstrip().endswith(part[0]) and not indent.strip() else None
+
+
+def find(part: list[str], lines: list[str], start: int) -> int | None:
+    """The index just after part's first occurrence in lines at or after start, or None.
+
+    part occurs where its lines are consecutive lines of the file, all under one indent."""
+    for i in range(start, len(lines) - len(part) + 1):
+        indent = indent_at(part, lines[i])
+        if indent is not None and all(
+            lines[i + j].rstrip() == (indent + line if line else "") for j, line in enumerate(part)
+        ):
+            return i + len(part)
+    return None
+
+
+def quoted(code: list[str], lines: list[str]) -> bool:
+    start = 0
+    for part in parts(code):
+        start = find(part, lines, start)
+        if start is None:
+            return False
+    return True
+
+
+def mismatch(code: list[str], lines: list[str], path: str) -> str:
+    """Where the quote and the file part: the first quoted line that differs, and the file's."""
+    start = 0
+    for part in parts(code):
+        found = find(part, lines, start)
+        if found is None:
+            break
+        start = found
+    # Where most of the part's first lines occur together (the part's first line at least).
+    matched, at = 0, None
+    for i in range(start, len(lines)):
+        indent = indent_at(part, lines[i])
+        k = 0
+        while indent is not None and k < len(part) and i + k < len(lines):
+            if lines[i + k].rstrip() != (indent + part[k] if part[k] else ""):
+                break
+            k += 1
+        if k > matched:
+            matched, at = k, i
+    if at is None:
+        stripped = [line.strip() for line in lines]
+        nearest = difflib.get_close_matches(part[0].strip(), stripped, n=1, cutoff=0)
+        number = stripped.index(nearest[0]) + 1 if nearest else 0
+        return (
+            f"the quoted line\n    {part[0].strip()}\nis not in {path}; the closest line is "
+            f"{path}:{number}\n    {nearest[0] if nearest else ''}"
+        )
+    here = at + matched
+    file_line = lines[here].strip() if here < len(lines) else "(end of file)"
+    return (
+        f"the quote follows {path} from line {at + 1}, then differs at {path}:{here + 1}\n"
+        f"    quote: {part[matched].strip()}\n    file:  {file_line}"
+    )
+
+
+BLOCKS = python_blocks()
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=lambda block: block.where)
+def test_python_block_is_marked(block: Block) -> None:
+    assert QUOTE.match(block.marker) or NOT_CHECKED_HERE.match(block.marker), (
+        f"{block.where}: put <!-- quote: src/{PACKAGE}/FILE.py --> (checked against the all-on "
+        "project), <!-- recipe: NAME --> or <!-- not a quote --> on the line before the block"
+    )
+
+
+@pytest.mark.parametrize(
+    "block", [b for b in BLOCKS if QUOTE.match(b.marker)], ids=lambda block: block.where
+)
+def test_quoted_code_is_in_the_rendered_project(rendered, block: Block) -> None:
+    """The page quotes the all-on project's code as it is, so a change to one shows."""
+    root = rendered(DEFAULT)
+    path = QUOTE.match(block.marker)["path"]
+    file = root / path
+    if file.is_file() and quoted(block.code, file.read_text().splitlines()):
+        return
+    elsewhere = [
+        other.relative_to(root).as_posix()
+        for other in sorted(root.rglob("*.py"))
+        if quoted(block.code, other.read_text().splitlines())
+    ]
+    if elsewhere:
+        pytest.fail(f"{block.where}: the quote is in {', '.join(elsewhere)}: fix its marker")
+    if not file.is_file():
+        pytest.fail(f"{block.where}: the marker names {path}, which the all-on project lacks")
+    pytest.fail(f"{block.where}: " + mismatch(block.code, file.read_text().splitlines(), path))
+
+
+# ---------------------------------------------------------------- tests the pages cite
+CITING = [*PAGES, REPO_ROOT / "template" / "README.md.jinja"]
+TEST_FILES = [*(REPO_ROOT / "tests").glob("test_*.py"), *(REPO_ROOT / "template").rglob("*test_*")]
+
+
+def test_cited_test_files_and_tests_exist() -> None:
+    """Every test_*.py and test function a page names is one of the template's or the
+    rendered project's, so a reader who looks for the proof finds it."""
+    files = {CONDITION.sub("", path.name).removesuffix(".jinja") for path in TEST_FILES}
+    functions = {
+        name
+        for path in TEST_FILES
+        if path.is_file()
+        for name in re.findall(r"^\s*def (test_\w+)", path.read_text(), re.MULTILINE)
+    }
+    missing = []
+    for page in CITING:
+        text = page.read_text()
+        for name in sorted(set(re.findall(r"\btest_\w+\.py\b", text)) - files):
+            missing.append(f"{page.relative_to(REPO_ROOT)}: no test file {name}")
+        cited = set(re.findall(r"\b(test_\w+)\b(?!\.py)", text))
+        for name in sorted(cited - functions - {f.removesuffix(".py") for f in files}):
+            missing.append(f"{page.relative_to(REPO_ROOT)}: no test function {name}")
+    assert not missing, "\n".join(missing)

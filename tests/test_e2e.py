@@ -12,12 +12,21 @@ import sys
 from pathlib import Path
 
 import pytest
-from combos import ALL, BY_ID, COVERING, DEFAULT, DEVICE, Combo, describe, run
+from combos import (
+    ALL,
+    BY_ID,
+    COVERING,
+    DEFAULT,
+    DEVICE,
+    PACKAGE,
+    SHORT_RUN,
+    Combo,
+    describe,
+    run,
+)
 
 pytestmark = pytest.mark.e2e
 
-SHORT_RUN = ["--epochs", "1", "--train-size", "256", "--val-size", "101", "--batch-size", "32"]
-SHORT_RUN += ["--num-workers", "0"]
 METRIC_KEYS = {
     "epoch",
     "step",
@@ -28,15 +37,15 @@ METRIC_KEYS = {
     "lr",
     "samples_per_sec",
 }
-TRAIN = [sys.executable, "-m", "image_classifier.train"]
+TRAIN = [sys.executable, "-m", f"{PACKAGE}.train"]
 
 
 def command(combo: Combo, nproc: int, module: str = "train") -> list[str]:
     """A command of the project: under torchrun for a ddp project, else a plain process."""
     if not combo.ddp:
-        return [sys.executable, "-m", f"image_classifier.{module}"]
+        return [sys.executable, "-m", f"{PACKAGE}.{module}"]
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    return [*torchrun, "--nproc-per-node", str(nproc), "-m", f"image_classifier.{module}"]
+    return [*torchrun, "--nproc-per-node", str(nproc), "-m", f"{PACKAGE}.{module}"]
 
 
 def flags(combo: Combo, out_dir: Path, nproc: int) -> list[str]:
@@ -118,9 +127,7 @@ def check_after_training(
     assert len(lines) == 1 + 7, lines  # a header, then each input once
     assert [line.split(",")[0] for line in lines[1:]] == [str(i) for i in range(7)]
 
-    result = run(
-        [sys.executable, "-m", "image_classifier.export", "--out-dir", str(out_dir)], cwd=root
-    )
+    result = run([sys.executable, "-m", f"{PACKAGE}.export", "--out-dir", str(out_dir)], cwd=root)
     assert result.returncode == 0, describe(result)
     assert (out_dir / "export" / "model.pt2").is_file()
 
@@ -163,9 +170,9 @@ def test_bad_value_exits_with_one_line(rendered, combo: Combo, bad: list[str], t
 
 
 # Runs train.main on the command line's flags, with a real SIGTERM after optimizer step 2.
-STOPPED_AT_STEP_2 = """
+STOPPED_AT_STEP_2 = f"""
 import os, signal, sys
-from image_classifier import train
+from {PACKAGE} import train
 step = train.optimizer_step
 def stop_at(run):
     step(run)

@@ -8,7 +8,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-from combos import DEFAULT, describe
+from combos import DEFAULT, PACKAGE, describe
 
 pytestmark = pytest.mark.e2e
 
@@ -39,7 +39,7 @@ def test_editable_install_runs_from_another_folder(rendered, tmp_path: Path) -> 
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    script = "import image_classifier, sys; print(image_classifier.__file__)"
+    script = f"import {PACKAGE}; print({PACKAGE}.__file__)"
     where = subprocess.run(
         [str(python), "-c", script], cwd=elsewhere, capture_output=True, text=True, check=False
     )
@@ -47,7 +47,7 @@ def test_editable_install_runs_from_another_folder(rendered, tmp_path: Path) -> 
     assert Path(where.stdout.strip()).is_relative_to(project / "src")
 
     result = subprocess.run(
-        [str(python), "-m", "image_classifier.train", "--help"],
+        [str(python), "-m", f"{PACKAGE}.train", "--help"],
         cwd=elsewhere,
         capture_output=True,
         text=True,

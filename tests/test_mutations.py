@@ -15,10 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from copier import run_copy
-
-TEMPLATE = Path(__file__).resolve().parents[1]
-PACKAGE = "image_classifier"
+from combos import DEFAULT, PACKAGE, render
 
 pytestmark = pytest.mark.mutation
 
@@ -194,17 +191,7 @@ MUTATIONS = [
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory) -> Path:
     """The all-on project, rendered once from the working tree (uncommitted changes too)."""
-    project = tmp_path_factory.mktemp("rendered") / "all"
-    run_copy(
-        str(TEMPLATE),
-        str(project),
-        data={"package_name": PACKAGE},
-        defaults=True,
-        quiet=True,
-        unsafe=False,
-        vcs_ref="HEAD",
-    )
-    return project
+    return render(DEFAULT.answers, tmp_path_factory.mktemp("rendered") / "all")
 
 
 def pytest_in(project: Path, *tests: str) -> subprocess.CompletedProcess:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import filecmp
+import logging
 import os
 import re
 import subprocess
@@ -355,3 +356,10 @@ def test_files_pass_the_hygiene_hooks(rendered, combo: Combo) -> None:
         if path.suffix == ".toml":
             tomllib.loads(text)
     assert not problems, "\n".join(problems)
+
+
+def test_render_logs_nothing(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Under nox, whose root logger shows DEBUG, copier's git calls logged one line each."""
+    with caplog.at_level(logging.DEBUG):
+        render(BY_ID["none"].answers, tmp_path / "project")
+    assert not caplog.records, [record.getMessage() for record in caplog.records][:5]

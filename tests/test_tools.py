@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from combos import BY_ID, DEFAULT, REPO_ROOT, describe, render
+from combos import BY_ID, DEFAULT, PACKAGE, REPO_ROOT, describe, render
 
 pytestmark = pytest.mark.tools
 
@@ -150,7 +150,7 @@ def test_team_defaults_from_the_copier_settings_file(tmp_path: Path) -> None:
     assert result.returncode == 0, describe(result)
     assert "Apache License" in (dest / "LICENSE").read_text()
     assert (dest / ".gitlab-ci.yml").is_file() and not (dest / ".github").exists()
-    assert not (dest / "src" / "image_classifier" / "profiling.py").exists()
+    assert not (dest / "src" / PACKAGE / "profiling.py").exists()
     assert not (dest / "slurm.sbatch").exists()  # and --data answers the rest
 
 

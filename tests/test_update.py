@@ -20,13 +20,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import combos
 import pytest
-from copier import run_copy, run_update
+from combos import BY_ID, PACKAGE, SHORT_RUN
+from copier import run_update
 
 pytestmark = pytest.mark.update
 
 ROOT = Path(__file__).resolve().parents[1]  # the template checkout under test
-PKG = "image_classifier"  # package_name of the default answers
+ALL_OFF = BY_ID["none"].answers
 SRC = "template/src/{{package_name}}"
 TRAIN = f"{SRC}/train.py.jinja"
 CONFIG = f"{SRC}/config.py.jinja"
@@ -217,9 +219,7 @@ def render_at(template: Path, tmp_path_factory: pytest.TempPathFactory):
         key = (ref, tuple(sorted(data.items())))
         if key not in cache:
             out = tmp_path_factory.mktemp("render") / "project"
-            run_copy(
-                str(template), out, data=data, vcs_ref=ref, defaults=True, quiet=True, unsafe=False
-            )
+            combos.render(data, out, template=template, vcs_ref=ref)
             cache[key] = out
         if dst is None:
             return cache[key]
@@ -231,7 +231,7 @@ def render_at(template: Path, tmp_path_factory: pytest.TempPathFactory):
 
 def user_edits(project: Path) -> None:
     """What a user does to a fresh project: a bigger model, another default, a new file."""
-    pkg = project / "src" / PKG
+    pkg = project / "src" / PACKAGE
     edit(
         pkg / "model.py",
         r"^( +)self\.head = nn\.Sequential\(nn\.Dropout\(dropout\), "
@@ -296,10 +296,10 @@ def test_update_keeps_user_edits_and_brings_template_fixes(render_at, tmp_path: 
     update(project, "v0.2.0")
 
     assert_no_conflicts(project)
-    pkg = project / "src" / PKG
+    pkg = project / "src" / PACKAGE
     assert "a hidden layer: my edit" in (pkg / "model.py").read_text()
     assert (pkg / "my_data.py").read_text().startswith('"""My own dataset: my edit.')
-    old = render_at("v0.1.0") / "src" / PKG
+    old = render_at("v0.1.0") / "src" / PACKAGE
     assert (pkg / "train.py").read_text() != (old / "train.py").read_text(), "fix did not arrive"
     assert (pkg / "summary.py").read_text() == SUMMARY
     assert answers(project) == {**before, "_commit": "v0.2.0"}
@@ -318,8 +318,7 @@ def test_unmodified_project_updates_to_a_fresh_render(render_at, tmp_path: Path)
 
 def test_update_with_other_answers_equals_fresh_render(render_at, tmp_path: Path):
     """A project rendered with non-default answers keeps them through an update."""
-    off = dict(amp=False, ddp=False, grad_accum=False, checkpointing=False, profiling=False)
-    off.update(deterministic=False, project_name="Shape Net", author="A. Person")
+    off = dict(ALL_OFF, project_name="Shape Net", author="A. Person")
     off.update(python_min="3.12")
     project = render_at("v0.1.0", tmp_path / "project", **off)
     commit_all(project, "Render the template")
@@ -331,7 +330,7 @@ def test_same_line_changed_by_both_is_marked_as_a_conflict(render_at, tmp_path: 
     """Where user and template change one line, update marks it inline for the user to resolve."""
     project = render_at("v0.1.0", tmp_path / "project")
     commit_all(project, "Render the template")
-    config = project / "src" / PKG / "config.py"
+    config = project / "src" / PACKAGE / "config.py"
     edit(config, r"(weight_decay: float = option\()([^,]+)", r"\g<1>0.01", "user's weight decay")
     commit_all(project, "My weight decay")
     update(project, "v0.2.0")
@@ -362,7 +361,7 @@ def test_turning_amp_off_removes_exactly_its_code(render_at, tmp_path: Path):
     recorded = answers(project)
     assert recorded["amp"] == "false" and "default_precision" not in recorded
     assert recorded["_commit"] == "v0.2.0"
-    pkg = project / "src" / PKG
+    pkg = project / "src" / PACKAGE
     for module in ("checkpoint.py", "distributed.py", "profiling.py", "summary.py", "my_data.py"):
         assert (pkg / module).exists(), f"{module} went missing with amp off"
     assert "accum_steps" in (pkg / "config.py").read_text()
@@ -371,7 +370,7 @@ def test_turning_amp_off_removes_exactly_its_code(render_at, tmp_path: Path):
 
 def test_turning_checkpointing_off_and_on(render_at, tmp_path: Path):
     project = edited_project(render_at, "v0.2.0", tmp_path / "project")
-    pkg = project / "src" / PKG
+    pkg = project / "src" / PACKAGE
 
     update(project, "v0.2.0", checkpointing=False)
     assert_no_conflicts(project)
@@ -394,11 +393,10 @@ def test_rendering_is_deterministic(template: Path, tmp_path: Path, combo: str):
     """Two renders are byte-identical, wherever they go, and hold no date: no spurious diffs."""
     data = {}
     if combo == "all-off":
-        data = dict(amp=False, ddp=False, grad_accum=False, checkpointing=False)
-        data.update(deterministic=False, profiling=False)
+        data = ALL_OFF
     a, b = tmp_path / "a" / "project", tmp_path / "b" / "elsewhere"
     for dst in (a, b):
-        run_copy(str(template), dst, data=data, vcs_ref="v0.2.0", defaults=True, quiet=True)
+        combos.render(data, dst, template=template, vcs_ref="v0.2.0")
     assert_same_tree(a, b)
 
     today = datetime.date.today()
@@ -418,7 +416,7 @@ def test_old_checkpoint_format_is_refused_by_name(render_at, tmp_path: Path):
     torch = pytest.importorskip("torch")
     project = render_at("v0.2.0", tmp_path / "project")
     commit_all(project, "Render the template")
-    text = (project / "src" / PKG / "checkpoint.py").read_text()
+    text = (project / "src" / PACKAGE / "checkpoint.py").read_text()
     old_format = int(re.search(r"^FORMAT_VERSION = (\d+)", text, re.M)[1])
     # The outside of an old checkpoint is enough: load() checks the format before the rest.
     folder = tmp_path / "run" / "checkpoints"
@@ -426,11 +424,10 @@ def test_old_checkpoint_format_is_refused_by_name(render_at, tmp_path: Path):
     torch.save({"format_version": old_format, "config": {}}, folder / "last.pt")
 
     update(project, "v0.3.0")
-    argv = ["--resume", "auto", "--out-dir", str(tmp_path / "run"), "--device", "cpu"]
-    argv += ["--num-workers", "0", "--train-size", "64", "--val-size", "32", "--epochs", "1"]
+    argv = [*SHORT_RUN, "--resume", "auto", "--out-dir", str(tmp_path / "run"), "--device", "cpu"]
     env = {**os.environ, "PYTHONPATH": str(project / "src"), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
-        [sys.executable, "-m", f"{PKG}.train", *argv],
+        [sys.executable, "-m", f"{PACKAGE}.train", *argv],
         cwd=project,
         env=env,
         capture_output=True,

@@ -2,7 +2,7 @@
 
 On a terminal, one line is redrawn in place with the epoch's progress, the loss, the
 throughput and the time left. Anywhere else (CI, a SLURM log, a pipe) the run prints plain
-log lines instead, which read well in a file. Only rank 0 reports; train.py sees to that.
+log lines instead, which read well in a file. train.py decides when to show them.
 Experiment trackers (TensorBoard, ...) are in loggers.py, switched on with --logger.
 """
 
