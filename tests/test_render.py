@@ -22,9 +22,13 @@ PKG = Path("src") / PACKAGE
 # "checkpoint" is no marker: model.py always uses torch.utils.checkpoint (activations).
 MARKERS = {
     "amp": ["autocast", "GradScaler", "precision"],
-    "ddp": ["torch.distributed", "DistributedDataParallel", "no_sync", "world_size", "torchrun"],
+    "ddp": ["torch.distributed", "DistributedDataParallel", "no_sync", "world_size", "torchrun"]
+    # The words a single-process project has no use for ("process" alone is no marker:
+    # DataLoader workers are processes too).
+    + ["rank", "each process", "every process", "per process", "other process"]
+    + ["another process", "all processes", "across processes", "over processes"],
     "grad_accum": ["accum_steps", "accum-steps", "micro-batch", "window_samples"],
-    "checkpointing": ["resume", "save_checkpoint", "CheckpointError", "SIGTERM", "safetensors"],
+    "checkpointing": ["resume", "save_run", "CheckpointError", "SIGTERM", "safetensors"],
     "deterministic": ["use_deterministic_algorithms", "CUBLAS"],
     "profiling": ["torch.profiler", "--profile"],
     "sync_bn": ["SyncBatchNorm", "sync_bn"],
