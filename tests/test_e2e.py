@@ -86,6 +86,7 @@ def test_short_training_run(rendered, torchrun_nproc: int, combo: Combo, tmp_pat
     assert first_start["config"]["out_dir"] == str(out_dir)
     if combo.ddp:
         assert first_start["world_size"] == torchrun_nproc
+    check_start_and_end_lines(result.stdout, combo, nproc, out_dir)
 
     if combo.checkpointing:
         import torch
@@ -103,6 +104,33 @@ def test_short_training_run(rendered, torchrun_nproc: int, combo: Combo, tmp_pat
     if combo.profiling:
         for name in ["trace.json", "summary.txt"]:
             assert (out_dir / "profile" / name).is_file(), name
+
+
+def check_start_and_end_lines(stdout: str, combo: Combo, nproc: int, out_dir: Path) -> None:
+    """One start line (device, dtype, processes, batch, steps, out-dir) and an end summary
+    (best epoch and metric, checkpoint, commands), with nothing of a feature that is off."""
+    starts = [line for line in stdout.splitlines() if line.startswith("training on ")]
+    assert len(starts) == 1, stdout[-3000:]
+    start = starts[0]
+    accum = 3 if combo.grad_accum else 1
+    batch = nproc * accum * int(flag_value(combo, "--batch-size"))
+    assert f"batch {batch}" in start, start
+    assert ("processes" in start or " 1 process" in start) == combo.ddp, start
+    assert ("accumulated" in start) == combo.grad_accum, start
+    assert f"steps per epoch, 1 epoch -> {out_dir}" in start, start
+    lines = stdout.splitlines()
+    best = [line for line in lines if line.startswith("best: epoch 1 of 1, val_acc ")]
+    assert len(best) == 1, stdout[-3000:]
+    assert ("checkpoints/best.pt" in best[0]) == combo.checkpointing, best[0]
+    [next_line] = [line for line in lines if line.startswith("next: ")]
+    assert f"{PACKAGE}.plot {out_dir}" in next_line
+    assert (f"{PACKAGE}.evaluate --out-dir {out_dir}" in next_line) == combo.checkpointing
+
+
+def flag_value(combo: Combo, flag: str) -> str:
+    """The value a short run passes for ``flag``, as SHORT_RUN and flags() set it."""
+    args = [*SHORT_RUN, *(["--batch-size", "8"] if combo.profiling else [])]
+    return [args[i + 1] for i, arg in enumerate(args) if arg == flag][-1]
 
 
 def check_after_training(

@@ -125,8 +125,8 @@ MUTATIONS = [
     Mutation(
         "frozen backbone follows model.train()",
         "model.py",
-        "            self.backbone.eval()\n",
-        "            pass\n",
+        "        module.eval()\n",
+        "        pass\n",
         "test_frozen_backbone.py",
     ),
     Mutation(

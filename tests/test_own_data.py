@@ -1,8 +1,11 @@
 """The recipes of docs/own-data.md work as written.
 
-Each recipe is taken from the page, appended to the end of a rendered project's data.py,
-given a small dataset in the layout it expects, and then the project's own fast tests pass
-and one epoch of training runs.
+Each recipe is taken from the page, appended to the end of a rendered project's data.py
+(a model recipe to the end of its model.py), given a small dataset in the layout it
+expects, and then the project's own tests pass and one epoch of training runs. The image
+recipes run the fast part of the project's suite; the recipes whose model or data is not
+the example's kind (a model without backbone and head, a table of 2 classes, 1-D signals)
+run all of it, training processes included.
 """
 
 from __future__ import annotations
@@ -131,11 +134,45 @@ def write_memory_mapped(data: Path, rng: np.random.Generator) -> int:
     return 13
 
 
+def write_table(data: Path, rng: np.random.Generator) -> int:
+    """data/table.csv: 120 rows of 30 features of scales 0.01 to 1000, 2 classes."""
+    y = labels(120, 2)
+    scales = 10.0 ** np.arange(-2, 4).repeat(5)  # the scales differ, as raw features' do
+    x = (rng.standard_normal((120, 30)) + 0.8 * y[:, None]) * scales + 5 * scales
+    header = ",".join([*(f"feature_{i}" for i in range(30)), "label"])
+    np.savetxt(data / "table.csv", np.column_stack([x, y]), delimiter=",", header=header)
+    return 24
+
+
+def write_signals(data: Path, rng: np.random.Generator) -> int:
+    """data/signals.npz: 100 signals of 2 channels and 50 steps, 3 classes."""
+    y = labels(100, 3)
+    time = np.linspace(0, 1, 50)
+    waves = np.sin(2 * np.pi * (y[:, None, None] + 1) * time)  # a frequency per class
+    x = waves + 0.3 * rng.standard_normal((100, 2, 50))
+    np.savez(data / "signals.npz", X=x.astype(np.float32), y=y)
+    return 20
+
+
+def write_nothing(data: Path, rng: np.random.Generator) -> int:
+    """The example data: the model recipe alone changes."""
+    return 64  # --val-size in FLAGS
+
+
 WRITERS = {
     "arrays": write_arrays,
     "image-folder": write_image_folder,
     "memory-mapped": write_memory_mapped,
+    "resnet-like": write_nothing,
+    "table": write_table,
+    "signals": write_signals,
 }
+# The recipes that are appended to model.py, by the case that uses them.
+MODELS = {"resnet-like": "resnet-like", "table": "table-model", "signals": "signals-model"}
+# Where nothing of the example's structure is left: the project's whole suite runs.
+WHOLE_SUITE = set(MODELS)
+# Training flags of a case: the example data, smaller, for the epoch that trains.
+FLAGS = {"resnet-like": ["--train-size", "256", "--val-size", "64"]}
 
 # After a sample was read, the dataset pickles (for a spawned worker) without its array.
 PICKLES_WITHOUT_THE_ARRAY = f"""
@@ -150,7 +187,8 @@ assert len(pickle.dumps(train_set)) < train_set.images.nbytes // 2, "the array i
 
 
 def test_the_page_has_the_tested_recipes() -> None:
-    assert set(recipes()) == set(WRITERS)
+    data_recipes = set(WRITERS) - {"resnet-like"}
+    assert set(recipes()) == data_recipes | set(MODELS.values())
 
 
 @pytest.fixture(scope="module")
@@ -163,7 +201,11 @@ def test_recipe_passes_the_project_tests_and_trains(project, tmp_path, name: str
     root = tmp_path / "project"
     shutil.copytree(project, root)
     data_py = root / "src" / PACKAGE / "data.py"
-    data_py.write_text(data_py.read_text() + "\n\n" + recipes()[name])
+    if name in recipes():
+        data_py.write_text(data_py.read_text() + "\n\n" + recipes()[name])
+    model_py = root / "src" / PACKAGE / "model.py"
+    if name in MODELS:
+        model_py.write_text(model_py.read_text() + "\n\n" + recipes()[MODELS[name]])
     (root / "data").mkdir()
     val_samples = WRITERS[name](root / "data", np.random.default_rng(0))
     env = {}
@@ -175,17 +217,23 @@ def test_recipe_passes_the_project_tests_and_trains(project, tmp_path, name: str
         env["PYTHONPATH"] = os.pathsep.join(["src", str(fake)])
 
     # The recipe as appended is clean but for the redefinitions and late imports.
-    lint = [sys.executable, "-m", "ruff", "check", "--ignore", "F811,E402", str(data_py)]
-    result = run(lint, cwd=root)
+    lint = [sys.executable, "-m", "ruff", "check", "--ignore", "F811,E402"]
+    result = run([*lint, str(data_py), str(model_py)], cwd=root)
     assert result.returncode == 0, describe(result)
 
-    # The fast part of the project's suite (the slow part starts training processes).
-    pytest_args = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
-    result = run([*pytest_args, "-m", "not slow"], cwd=root, **env)
+    pytest_args = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-rs"]
+    if name in WHOLE_SUITE:
+        result = run([*pytest_args, "-n", "2"], cwd=root, timeout=1500, **env)
+    else:  # the fast part of the suite (the slow part starts training processes)
+        result = run([*pytest_args, "-m", "not slow"], cwd=root, **env)
     assert result.returncode == 0, describe(result)
+    if name == "resnet-like":  # the flags' tests skip, saying what the model lacks
+        assert "has no backbone and head: --freeze-backbone is off" in result.stdout
+        assert "has no set_activation_checkpointing" in result.stdout
 
     train = [sys.executable, "-m", f"{PACKAGE}.train", "--epochs", "1", "--device", "cpu"]
-    result = run([*train, "--batch-size", "8", "--out-dir", "runs/one"], cwd=root, **env)
+    train += [*FLAGS.get(name, []), "--batch-size", "8", "--out-dir", "runs/one"]
+    result = run(train, cwd=root, **env)
     assert result.returncode == 0, describe(result)
     record = json.loads((root / "runs" / "one" / "metrics.jsonl").read_text())
     assert record["val_samples"] == val_samples

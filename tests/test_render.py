@@ -6,6 +6,7 @@ import filecmp
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -367,3 +368,23 @@ def test_render_logs_nothing(tmp_path: Path, caplog: pytest.LogCaptureFixture) -
     with caplog.at_level(logging.DEBUG):
         render(BY_ID["none"].answers, tmp_path / "project")
     assert not caplog.records, [record.getMessage() for record in caplog.records][:5]
+
+
+def test_the_readme_conflict_search_finds_markers_and_not_itself(rendered, tmp_path: Path) -> None:
+    """The README's command for conflict markers, run in a fresh project: nothing; with a
+    conflict left by copier update: that file alone."""
+    root = tmp_path / "project"
+    shutil.copytree(rendered(DEFAULT), root)
+    readme = (root / "README.md").read_text()
+    command = re.search(r"Find them with `(git grep [^`]+)`", readme)
+    assert command, "the README names no conflict search"
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], cwd=root, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=root, check=True)
+    search = ["bash", "-c", command.group(1)]
+    found = subprocess.run(search, cwd=root, capture_output=True, text=True, check=False)
+    assert found.stdout == "", found.stdout
+    config = root / "src" / PACKAGE / "config.py"
+    config.write_text("<<<<<<< before updating\n=======\n>>>>>>> after updating\n")
+    found = subprocess.run(search, cwd=root, capture_output=True, text=True, check=False)
+    assert found.stdout.splitlines() == [f"src/{PACKAGE}/config.py:1:<<<<<<< before updating"]
