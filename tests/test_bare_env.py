@@ -71,10 +71,8 @@ def call(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 900):
     )
 
 
-@pytest.fixture(scope="module")
-def venv(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
-    """A fresh venv with the CPU torch wheel and nox, and the environment to run it in."""
-    root = tmp_path_factory.mktemp("bare") / "venv"
+def make_venv(root: Path) -> dict[str, str]:
+    """A fresh venv with the CPU torch wheel and nox; returns the environment to run it in."""
     subprocess.run([sys.executable, "-m", "venv", str(root)], check=True, timeout=300)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env |= {"PATH": f"{root / 'bin'}{os.pathsep}{env['PATH']}", "OMP_NUM_THREADS": "1"}
@@ -82,36 +80,42 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]
     # As .ci/run does: the CPU build kept on disk (torch 2.13.0+cpu), not PyPI's CUDA build.
     result = call([str(root / "bin" / "pip"), "install", "-q", "torch==2.13.0", "nox"], root, env)
     assert result.returncode == 0, describe(result)
-    return root, env
+    return env
 
 
-@pytest.mark.parametrize("name", RENDERS)  # in this order: all off first (see above)
-def test_sessions_pass_in_a_bare_environment(venv, name: str, tmp_path: Path) -> None:
-    root, env = venv
-    project = render(RENDERS[name], tmp_path / "project")
+def test_sessions_pass_in_a_bare_environment(tmp_path: Path) -> None:
+    """One test, not one per render, so that pytest-xdist cannot split the shared venv."""
+    root = tmp_path / "venv"
+    env = make_venv(root)
     python = str(root / "bin" / "python")
-    planned = call([python, "-c", PLAN, json.dumps(POSARGS)], project, env)
-    assert planned.returncode == 0, describe(planned)
-    plan = json.loads(planned.stdout)
+    for name, answers in RENDERS.items():  # in this order: all off first (see above)
+        project = render(answers, tmp_path / name)
+        planned = call([python, "-c", PLAN, json.dumps(POSARGS)], project, env)
+        assert planned.returncode == 0, f"{name}: " + describe(planned)
+        plan = json.loads(planned.stdout)
 
-    for session in ("lint", "typecheck", "tests"):
-        for args in plan[session]["installs"]:
-            if args[0] == "torch":  # the CPU index, which this machine has on disk instead
-                assert args == ["torch", "--index-url", CPU_TORCH_INDEX], args
-                continue
-            result = call([python, "-m", "pip", "install", "-q", *args], project, env)
-            assert result.returncode == 0, f"{session}: install {args}\n" + describe(result)
+        for session in ("lint", "typecheck", "tests"):
+            for args in plan[session]["installs"]:
+                if args[0] == "torch":  # the CPU index, which this machine has on disk instead
+                    assert args == ["torch", "--index-url", CPU_TORCH_INDEX], args
+                    continue
+                result = call([python, "-m", "pip", "install", "-q", *args], project, env)
+                assert result.returncode == 0, f"{name}, {session}: install {args}\n" + describe(
+                    result
+                )
 
-    for session in ("lint", "typecheck", "tests"):
-        for args in plan[session]["runs"]:
-            commands = [args]
-            if args[0] == "pre-commit":  # its hooks are clones from GitHub: the same tools here
-                commands = [["ruff", "check", "."], ["ruff", "format", "--check", "."]]
-            for command in commands:
-                result = call(command, project, env)
-                assert result.returncode == 0, f"nox -s {session}: {command}\n" + describe(result)
-                if command[0] == "pytest":
-                    # Every optional feature's test ran: the extras were there to run them.
-                    skipped = [line for line in result.stdout.splitlines() if "SKIPPED" in line]
-                    assert all("CUDA" in line or "GPU" in line for line in skipped), skipped
-                    assert "TOTAL" in result.stdout, "no coverage report"
+        for session in ("lint", "typecheck", "tests"):
+            for args in plan[session]["runs"]:
+                commands = [args]
+                if args[0] == "pre-commit":  # hooks are clones from GitHub: the same tools here
+                    commands = [["ruff", "check", "."], ["ruff", "format", "--check", "."]]
+                for command in commands:
+                    result = call(command, project, env)
+                    where = f"{name}: nox -s {session}: {' '.join(command)}\n"
+                    assert result.returncode == 0, where + describe(result)
+                    if command[0] == "pytest":
+                        # Every optional feature's test ran: the extras were there to run them.
+                        lines = result.stdout.splitlines()
+                        skipped = [line for line in lines if "SKIPPED" in line]
+                        assert all("CUDA" in line or "GPU" in line for line in skipped), skipped
+                        assert "TOTAL" in result.stdout, f"{name}: no coverage report"

@@ -453,3 +453,21 @@ def test_render_logs_nothing(tmp_path: Path, caplog: pytest.LogCaptureFixture) -
     with caplog.at_level(logging.DEBUG):
         render(BY_ID["none"].answers, tmp_path / "project")
     assert not caplog.records, [record.getMessage() for record in caplog.records][:5]
+
+
+@pytest.mark.parametrize("backend", ["cu128", "none"])
+def test_torch_backend_sets_uv_and_pip_alike(tmp_path: Path, backend: str) -> None:
+    """uv's index for torch (pyproject) and the README's pip command name one build."""
+    root = render({**BY_ID["none"].answers, "torch_backend": backend}, tmp_path / "project")
+    pyproject = tomllib.loads((root / "pyproject.toml").read_text())
+    readme = (root / "README.md").read_text()
+    if backend == "none":
+        assert "uv" not in pyproject.get("tool", {})
+        assert "download.pytorch.org" not in readme and "3 GB" in readme
+        return
+    url = f"https://download.pytorch.org/whl/{backend}"
+    uv = pyproject["tool"]["uv"]
+    assert uv["index"] == [{"name": f"pytorch-{backend}", "url": url, "explicit": True}]
+    assert [source["index"] for source in uv["sources"]["torch"]] == [f"pytorch-{backend}"]
+    assert f"pip install torch --index-url {url}" in readme
+    assert set(uv["sources"]) == {"torch"}  # every other package from PyPI
