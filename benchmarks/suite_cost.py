@@ -15,6 +15,10 @@ A straight-line fit, seconds = fixed + per_combination * k, gives the cost of on
 combination, and the growth exponent b in time ~ k**b, through k = 1 and k = 4, is printed
 last: 1.0 is linear; well above 1 (say 1.15) something grows faster than the matrix and
 should be found. One warm-up combination runs first, untimed.
+
+Last, the time a user waits for `pytest` (its default: the fast tier) in a fresh all-on
+render, with the CPU seconds it used and the load average, since a busy machine stretches
+the wall time: the rendered README states the figure.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from combos import BY_ID, PACKAGE, SHORT_RUN, render  # noqa: E402
+from combos import BY_ID, DEFAULT, PACKAGE, SHORT_RUN, render  # noqa: E402
 
 OFF = BY_ID["none"].answers
 COMBINATIONS = [
@@ -72,6 +76,34 @@ def main() -> None:
     fixed = mean_s - per_combination * mean_k
     print(f"fit: {fixed:.2f} s + {per_combination:.2f} s per combination")
     print(f"suite_cost_per_combination_s={per_combination:.2f} growth_exponent={growth:.2f}")
+    default_pytest()
+
+
+def default_pytest() -> None:
+    """`pytest` as a user runs it in the all-on render: wall and CPU seconds."""
+    with tempfile.TemporaryDirectory(prefix="suite-cost-") as tmp:
+        project = render(DEFAULT.answers, Path(tmp) / "project")
+        before = os.times()
+        start = time.perf_counter()
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+            cwd=project,
+            env=os.environ | {"OMP_NUM_THREADS": "1"},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        wall = time.perf_counter() - start
+        after = os.times()
+    if done.returncode != 0:
+        raise RuntimeError(f"pytest failed in the all-on render:\n{done.stdout[-3000:]}")
+    cpu = (after.children_user - before.children_user) + (
+        after.children_system - before.children_system
+    )
+    summary = done.stdout.strip().splitlines()[-1]
+    load = os.getloadavg()[0]
+    print(f"default pytest, all-on render: {summary}")
+    print(f"default_pytest_wall_s={wall:.1f} default_pytest_cpu_s={cpu:.1f} load_1min={load:.1f}")
 
 
 if __name__ == "__main__":

@@ -151,7 +151,13 @@ SHORT_RUN += ["--num-workers", "0"]
 
 
 # Answers the toggle matrix leaves at their defaults; test_render renders the others.
-QUESTION_DEFAULTS = {"license": "MIT", "copyright_year": "", "ci": "github", "python_min": "3.11"}
+QUESTION_DEFAULTS = {
+    "license": "MIT",
+    "copyright_year": "",
+    "ci": "github",
+    "python_min": "3.11",
+    "torch_backend": "cpu",
+}
 
 CONDITION = re.compile(r"{%-?\s*(?:if\s+.+?|endif)\s*-?%}")
 

@@ -199,7 +199,8 @@ def pytest_in(project: Path, *tests: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop("PYTHONPATH", None)
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
+        # -m "": the slow tests too (the rendered pyproject leaves them out by default).
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", ""]
         + [f"tests/{test}" for test in tests],
         check=False,
         cwd=project,

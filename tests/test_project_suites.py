@@ -28,7 +28,8 @@ def test_rendered_project_suite_passes(rendered, combo: Combo) -> None:
     assert (root / "tests").is_dir(), "every rendered project carries its own tests"
     # The project's pyproject puts src on the path; TEMPLATE_TEST_DEVICE passes through to
     # it unchanged, so a suite that wants to know the device can read it.
-    select = [] if runs_slow_tests(combo) else ["-m", "not slow"]
+    # -m "" clears the rendered pyproject's default -m "not slow": every test runs.
+    select = ["-m", ""] if runs_slow_tests(combo) else ["-m", "not slow"]
     result = run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *select],
         cwd=root,

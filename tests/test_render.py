@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import filecmp
 import logging
 import os
@@ -160,6 +161,9 @@ def test_defaults_render_without_prompts(tmp_path: Path) -> None:
 REFUSED_NAMES = ["2abc", "my-pkg", "_x", "import", "class", "train", "conftest", "processes"]
 REFUSED_NAMES += ["test_data", "torch", "json", "os", "matplotlib", "tensorboard", "setuptools"]
 REFUSED_NAMES += ["loggers", "mlflow", "wandb"]
+# A distribution name pip refuses ("my-pkg-"), or the name of a dev tool, an extra or a
+# startup hook: the package would shadow it, or be shadowed.
+REFUSED_NAMES += ["my_pkg_", "safetensors", "nox", "mypy", "sitecustomize", "pytest_cov", "yaml"]
 
 
 @pytest.mark.parametrize("name", REFUSED_NAMES)
@@ -172,6 +176,83 @@ def test_invalid_package_name_is_rejected(tmp_path: Path, name: str) -> None:
     assert re.search(r"\b(use|choose)\b", message), message
     assert "e.g." in message, message
     assert not (tmp_path / "project" / "src").exists()
+
+
+@pytest.mark.parametrize("length", [65, 300])
+def test_long_package_name_is_refused_politely(tmp_path: Path, length: int) -> None:
+    name = ("a_" * length)[: length - 1] + "z"
+    with pytest.raises(ValueError, match="package_name") as error:
+        render({"package_name": name}, tmp_path / "project")
+    message = str(error.value)
+    assert f"{length} characters" in message and "64 or fewer" in message, message
+    assert "e.g." in message and len(message) < 400, message
+    assert not (tmp_path / "project" / "src").exists()
+
+
+def test_longest_package_name_renders(tmp_path: Path) -> None:
+    name = "a" * 63 + "z"
+    root = render({**BY_ID["none"].answers, "package_name": name}, tmp_path / "project")
+    assert (root / "src" / name / "train.py").is_file()
+
+
+@pytest.mark.parametrize(
+    ("question", "value"),
+    [
+        ("project_name", "x" * 81),
+        ("project_name", "Two\nlines"),
+        ("description", "one\ntwo"),
+        ("description", "d" * 301),
+        ("author", "A\tB"),
+    ],
+)
+def test_free_text_that_breaks_a_file_is_refused(tmp_path: Path, question: str, value: str) -> None:
+    with pytest.raises(ValueError, match=question) as error:
+        render({question: value, "package_name": "pkg"}, tmp_path / "project")
+    assert "e.g." in str(error.value)
+    assert not (tmp_path / "project" / "src").exists()
+
+
+# Backslashes, quotes, triple quotes and Markdown/TOML/HTML punctuation, where they land.
+HOSTILE = {
+    "project_name": "C:\\Temp \"Net\" #1 <b>*x*</b> 'q'",
+    "description": 'Reads C:\\Users\\me\\data; says """hi""" and \\N{x} [a](b) `c` _d_ "end"',
+    "author": 'Ada "A." \\ Lovelace',
+}
+
+
+def test_free_text_is_escaped_wherever_it_lands(tmp_path: Path) -> None:
+    answers = {**BY_ID["none"].answers, **HOSTILE, "package_name": "pkg", "ci": "gitlab"}
+    root = render(answers, tmp_path / "project")
+    init = (root / "src" / "pkg" / "__init__.py").read_text()
+    docstring = ast.get_docstring(ast.parse(init))  # a SyntaxError would fail here
+    assert docstring.split("\n")[0] == HOSTILE["project_name"] + "."
+    assert " ".join(docstring.split("\n")[2:]) == HOSTILE["description"]
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    assert project["description"] == HOSTILE["description"]
+    assert project["authors"] == [{"name": HOSTILE["author"]}]
+    readme = (root / "README.md").read_text().splitlines()
+    # Markdown punctuation is backslash-escaped: the title and the paragraph read as typed.
+    unescape = re.compile(r"\\([\\`*_{}\[\]<>#|])")
+    assert (
+        readme[0].startswith("# ") and unescape.sub(r"\1", readme[0][2:]) == HOSTILE["project_name"]
+    )
+    assert unescape.sub(r"\1", readme[2]) == HOSTILE["description"]
+    assert "<b>" not in readme[0]
+    recorded = yaml.safe_load((root / ANSWERS_FILE).read_text())
+    assert {key: recorded[key] for key in HOSTILE} == HOSTILE
+    for command in (["ruff", "check", "src"], ["ruff", "format", "--check", "src"]):
+        result = subprocess.run(
+            [sys.executable, "-m", *command], cwd=root, capture_output=True, text=True, check=False
+        )
+        assert result.returncode == 0, describe(result)
+    result = subprocess.run(
+        [sys.executable, "-W", "error", "-c", "import pkg; print(pkg.__doc__)"],
+        cwd=root / "src",
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, describe(result)
 
 
 def test_empty_project_name_is_rejected(tmp_path: Path) -> None:
@@ -189,7 +270,9 @@ def test_rendering_is_deterministic(tmp_path: Path) -> None:
     assert names == [p.relative_to(second) for p in project_files(second)]
     match, mismatch, errors = filecmp.cmpfiles(first, second, names, shallow=False)
     assert not errors
-    assert mismatch in ([], [Path(ANSWERS_FILE)]), f"differ between two renders: {mismatch}"
+    # The template version is recorded in the answers file and kept in the package.
+    versioned = [Path(ANSWERS_FILE), PKG / "__init__.py"]
+    assert set(mismatch) <= set(versioned), f"differ between two renders: {mismatch}"
     if mismatch:
         # Copier commits uncommitted template changes in its own clone, with the time in the
         # commit, and records that commit: the only difference allowed, and only when dirty.
@@ -198,9 +281,12 @@ def test_rendering_is_deterministic(tmp_path: Path) -> None:
         )
         assert dirty.stdout.strip(), "the answers files differ although HEAD is clean"
         answers = [yaml.safe_load((root / ANSWERS_FILE).read_text()) for root in (first, second)]
-        for record in answers:
-            del record["_commit"]
+        commits = [record.pop("_commit") for record in answers]
         assert answers[0] == answers[1]
+        inits = [(root / PKG / "__init__.py").read_text() for root in (first, second)]
+        for init, commit in zip(inits, commits, strict=True):
+            assert f'TEMPLATE_VERSION: str | None = "{commit}"' in init
+        assert inits[0].replace(commits[0], "") == inits[1].replace(commits[1], "")
 
 
 def test_all_combinations_are_distinct() -> None:
@@ -273,7 +359,8 @@ def test_ci_runs_the_nox_sessions_on_every_supported_python(scaffold, name: str)
     assert github.is_file() == (answers["ci"] == "github")
     assert (root / ".github").exists() == (answers["ci"] == "github")
     assert gitlab.is_file() == (answers["ci"] == "gitlab")
-    wanted = [v for v in PYTHONS if v >= answers.get("python_min", "3.11")]
+    # CI tests every Python torch publishes wheels for, from python_min on.
+    wanted = [v for v in [*PYTHONS, "3.14"] if v >= answers.get("python_min", "3.11")]
     noxfile = (root / "noxfile.py").read_text()
     for session in ["lint", "typecheck", "tests"]:
         assert f"def {session}(session: nox.Session)" in noxfile
@@ -282,15 +369,16 @@ def test_ci_runs_the_nox_sessions_on_every_supported_python(scaffold, name: str)
         jobs = workflow["jobs"]
         assert jobs["checks"]["strategy"]["matrix"]["python-version"] == wanted
         commands = [step.get("run", "") for job in jobs.values() for step in job["steps"]]
-        assert "nox -s lint" in commands and "nox -s typecheck tests" in commands
-        setups = [s for s in jobs["checks"]["steps"] if "setup-python" in s.get("uses", "")]
-        assert setups[0]["with"]["cache"] == "pip"
+        assert "nox -s lint" in commands
+        assert "nox -s typecheck" in commands and "nox -s tests" in commands
+        caches = [s for s in jobs["checks"]["steps"] if "actions/cache" in s.get("uses", "")]
+        assert caches[0]["with"]["path"] == "~/.cache/pip"
         assert "concurrency" in workflow
     elif answers["ci"] == "gitlab":
         pipeline = yaml.safe_load(gitlab.read_text())
         matrix = pipeline["checks"]["parallel"]["matrix"][0]["PYTHON_VERSION"]
         assert matrix == wanted
-        assert pipeline["checks"]["script"][-1] == "nox -s typecheck tests"
+        assert pipeline["checks"]["script"][-2:] == ["nox -s typecheck", "nox -s tests"]
         assert pipeline["lint"]["script"][-1] == "nox -s lint"
         assert ".cache/pip" in pipeline["checks"]["cache"]["paths"]
     else:
@@ -388,3 +476,21 @@ def test_the_readme_conflict_search_finds_markers_and_not_itself(rendered, tmp_p
     config.write_text("<<<<<<< before updating\n=======\n>>>>>>> after updating\n")
     found = subprocess.run(search, cwd=root, capture_output=True, text=True, check=False)
     assert found.stdout.splitlines() == [f"src/{PACKAGE}/config.py:1:<<<<<<< before updating"]
+
+
+@pytest.mark.parametrize("backend", ["cu128", "none"])
+def test_torch_backend_sets_uv_and_pip_alike(tmp_path: Path, backend: str) -> None:
+    """uv's index for torch (pyproject) and the README's pip command name one build."""
+    root = render({**BY_ID["none"].answers, "torch_backend": backend}, tmp_path / "project")
+    pyproject = tomllib.loads((root / "pyproject.toml").read_text())
+    readme = (root / "README.md").read_text()
+    if backend == "none":
+        assert "uv" not in pyproject.get("tool", {})
+        assert "download.pytorch.org" not in readme and "3 GB" in readme
+        return
+    url = f"https://download.pytorch.org/whl/{backend}"
+    uv = pyproject["tool"]["uv"]
+    assert uv["index"] == [{"name": f"pytorch-{backend}", "url": url, "explicit": True}]
+    assert [source["index"] for source in uv["sources"]["torch"]] == [f"pytorch-{backend}"]
+    assert f"pip install torch --index-url {url}" in readme
+    assert set(uv["sources"]) == {"torch"}  # every other package from PyPI

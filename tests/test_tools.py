@@ -14,9 +14,11 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
+import yaml
 from combos import BY_ID, DEFAULT, PACKAGE, REPO_ROOT, describe, render
 
 pytestmark = pytest.mark.tools
@@ -111,25 +113,55 @@ def test_dependency_groups_install_with_pip(project, tmp_path: Path) -> None:
     assert "torch" not in names  # the groups hold tools only; the project brings torch
 
 
-def test_uv_sync_resolves_the_dev_group(project, tmp_path: Path) -> None:
-    """`uv sync` installs the project with the dev group: checked as a dry run, since the real
-    thing downloads the CUDA build of torch (gigabytes) on Linux."""
+def local_torch_index(tmp_path: Path) -> str:
+    """A one-package index (PEP 503) of the CPU torch wheel this machine keeps (.ci/run
+    installs the same), standing in for PyPI's CPU index, which tests cannot reach."""
+    wheels = sorted(Path("/opt/wheels").glob("torch-*+cpu-*.whl"))
+    if not wheels:
+        import torch
+
+        pytest.skip(f"no CPU torch wheel in /opt/wheels (torch {torch.__version__} installed)")
+    (tmp_path / "index" / "torch").mkdir(parents=True)
+    links = "".join(f'<a href="{wheel.as_uri()}">{wheel.name}</a>' for wheel in wheels)
+    (tmp_path / "index" / "torch" / "index.html").write_text(f"<html><body>{links}</body></html>")
+    return (tmp_path / "index").as_uri()
+
+
+def test_uv_sync_takes_torch_from_the_chosen_index(project, tmp_path: Path) -> None:
+    """`uv sync` installs the project with the dev group and torch from the PyTorch index the
+    torch_backend answer names (CPU by default), never the CUDA stack. The real index is out of
+    reach here, so the named index is pointed at a local copy of the CPU wheel (--index
+    NAME=URL replaces pyproject's URL for that name): `uv lock` then resolves for every
+    platform, and `uv sync --dry-run` plans the install without downloading gigabytes."""
     root = tmp_path / "project"
     shutil.copytree(project("default"), root)
+    uv = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["uv"]
+    assert uv["index"] == [
+        {"name": "pytorch-cpu", "url": "https://download.pytorch.org/whl/cpu", "explicit": True}
+    ]
+    assert uv["sources"]["torch"] == [
+        {"index": "pytorch-cpu", "marker": "sys_platform != 'darwin'"}
+    ]
     env = {**os.environ, "UV_PYTHON": sys.executable, "UV_NO_PROGRESS": "1"}
-    result = subprocess.run(
-        [str(BIN / "uv"), "sync", "--dry-run"],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert result.returncode == 0, describe(result)
-    planned = set(re.findall(r"^ \+ ([\w.-]+)", result.stderr, re.MULTILINE))
+    override = ["--index", f"pytorch-cpu={local_torch_index(tmp_path)}"]
+    for command in (["lock"], ["sync", "--dry-run", "--locked"]):
+        result = subprocess.run(
+            [str(BIN / "uv"), *command, *override],
+            cwd=root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert result.returncode == 0, describe(result)
+    planned = set(re.findall(r"^ \+ ([\w.-]+)==(\S+)", result.stderr, re.MULTILINE))
+    names = {name for name, _ in planned}
     for name in ["torch", "numpy", "pytest", "ruff", "mypy", "nox", "pre-commit"]:
-        assert name in planned, f"{name} not planned:\n{result.stderr[-2000:]}"
+        assert name in names, f"{name} not planned:\n{result.stderr[-2000:]}"
+    assert any(name == "torch" and version.endswith("+cpu") for name, version in planned)
+    cuda = sorted(name for name in names if name.startswith(("nvidia", "triton")))
+    assert not cuda, f"uv sync would install the CUDA stack: {cuda}"
 
 
 def test_team_defaults_from_the_copier_settings_file(tmp_path: Path) -> None:
@@ -159,3 +191,54 @@ def test_noxfile_lists_the_sessions_ci_calls(project) -> None:
     assert result.returncode == 0, describe(result)
     sessions = {session["session"] for session in json.loads(result.stdout)}
     assert sessions == {"lint", "typecheck", "tests"}
+
+
+# The majors that actionlint's data (release 1.7.12) knows as current; older ones run on a
+# Node.js that GitHub has deprecated. actionlint itself is a Go binary from GitHub releases,
+# which these tests cannot download: where it is on PATH it runs as well.
+CURRENT_ACTIONS = {"actions/checkout": "v6", "actions/setup-python": "v6", "actions/cache": "v5"}
+
+
+def test_workflow_is_current_and_bounded(project) -> None:
+    root = project("default")
+    workflow = yaml.safe_load((root / ".github" / "workflows" / "ci.yml").read_text())
+    for name, job in workflow["jobs"].items():
+        assert 0 < job["timeout-minutes"] <= 60, f"job {name}: timeout-minutes"
+        for step in job["steps"]:
+            if "uses" in step:
+                action, _, ref = step["uses"].partition("@")
+                assert CURRENT_ACTIONS.get(action) == ref, f"job {name}: {step['uses']}"
+    matrix = workflow["jobs"]["checks"]["strategy"]["matrix"]["python-version"]
+    assert matrix == ["3.11", "3.12", "3.13", "3.14"]  # what torch publishes wheels for
+    commands = [step.get("run", "") for step in workflow["jobs"]["checks"]["steps"]]
+    assert "nox -s typecheck" in commands and "nox -s tests" in commands
+    if shutil.which("actionlint"):
+        result = subprocess.run(
+            ["actionlint", "-no-color"], cwd=root, capture_output=True, text=True, check=False
+        )
+        assert result.returncode == 0, describe(result)
+
+
+@pytest.mark.parametrize(
+    ("name", "files"),
+    [
+        (
+            "default",
+            {
+                ".github/workflows/ci.yml": "vendor.github-workflows",
+                ".github/dependabot.yml": "vendor.dependabot",
+            },
+        ),
+        ("bare-gitlab", {".gitlab-ci.yml": "vendor.gitlab-ci"}),
+    ],
+)
+def test_ci_files_pass_their_schemas(project, name: str, files: dict[str, str]) -> None:
+    """GitHub's and GitLab's own schemas, as check-jsonschema ships them (offline)."""
+    root = project(name)
+    for path, schema in files.items():
+        result = tool("check-jsonschema", "--builtin-schema", schema, path, cwd=root)
+        assert result.returncode == 0, describe(result)
+    if name == "bare-gitlab":
+        gitlab = yaml.safe_load((root / ".gitlab-ci.yml").read_text())
+        assert all(gitlab[job]["timeout"] for job in ("lint", "checks"))
+        assert gitlab["checks"]["script"][-1] == "nox -s tests" and gitlab["checks"]["coverage"]

@@ -34,6 +34,8 @@ TRAIN = f"{SRC}/train.py.jinja"
 CONFIG = f"{SRC}/config.py.jinja"
 CHECKPOINT = f"{SRC}/{{% if checkpointing %}}checkpoint.py{{% endif %}}.jinja"
 NEW_FILE = f"{SRC}/summary.py"  # the file that v0.2.0 adds
+PRE_COMMIT = "template/.pre-commit-config.yaml.jinja"  # v0.2.0 appends a comment to it
+PRE_COMMIT_CHANGE = "# v0.2.0: a template change to a file the user may delete\n"
 
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
 GIT += ["-c", "tag.gpgsign=false", "-c", "init.defaultBranch=main", "-c", "core.autocrlf=false"]
@@ -193,6 +195,8 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
         lambda m: m[1] + ("0.1" if m[2] != "0.1" else "0.2"),
         "v0.2.0 changes the weight_decay default",
     )
+    precommit = repo / PRE_COMMIT
+    precommit.write_text(precommit.read_text() + PRE_COMMIT_CHANGE)
     assert not (repo / NEW_FILE).exists(), f"{NEW_FILE} exists: give the test's new file a new name"
     (repo / NEW_FILE).write_text(SUMMARY)
     commit_all(repo, "Fix a line, change a default, add summary.py")
@@ -439,3 +443,68 @@ def test_old_checkpoint_format_is_refused_by_name(render_at, tmp_path: Path):
     assert len(lines) == 1, done.stderr
     assert f"format {old_format}" in lines[0] and f"format {old_format + 1}" in lines[0], lines[0]
     assert "last.pt" in lines[0] and "--out-dir" in lines[0], lines[0]
+
+
+# ------------------------------------------------------ what an update does without a conflict
+# Three cases in which `copier update` changes or skips a user's files without a conflict to
+# show it (issue 24): each test checks what happens, that `git status` shows it, and that the
+# message after the update (copier.yml's _message_after_update) says where to look.
+
+
+def update_cli(project: Path, ref: str, *data: str) -> str:
+    """`copier update` as a user runs it (not quiet: its messages are shown); stderr."""
+    cli = [sys.executable, "-m", "copier", "update", "--defaults", "--vcs-ref", ref]
+    for item in data:
+        cli += ["--data", item]
+    done = subprocess.run(cli, cwd=project, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done.stderr
+
+
+def test_turning_a_feature_off_deletes_edited_files_and_says_so(render_at, tmp_path: Path):
+    project = edited_project(render_at, "v0.2.0", tmp_path / "project")
+    module = f"src/{PACKAGE}/checkpoint.py"
+    (project / module).write_text((project / module).read_text() + "# my checkpoint edit\n")
+    commit_all(project, "My checkpoint edit")
+
+    said = update_cli(project, ":current:", "checkpointing=false")
+    assert not (project / module).exists()  # edited or not: no conflict, no .rej
+    assert_no_conflicts(project)
+    assert f" D {module}" in git(project, "status", "--porcelain").splitlines()
+    assert f"checkpointing=false: the update deleted {module}" in said, said
+    assert "git checkout HEAD -- FILE" in said
+    # What the message offers brings the edited file back.
+    git(project, "checkout", "HEAD", "--", module)
+    assert (project / module).read_text().endswith("# my checkpoint edit\n")
+
+
+def test_renamed_package_does_not_get_the_template_changes(render_at, tmp_path: Path):
+    project = render_at("v0.1.0", tmp_path / "project")
+    commit_all(project, "Render the template")
+    git(project, "mv", f"src/{PACKAGE}", "src/my_net")
+    commit_all(project, "Rename the package")
+
+    said = update_cli(project, "v0.2.0")
+    renamed = project / "src" / "my_net"
+    old = render_at("v0.1.0") / "src" / PACKAGE
+    assert (renamed / "train.py").read_text() == (old / "train.py").read_text(), "fix applied?"
+    # The template's new file lands at the template's path, beside the renamed package.
+    stray = f"src/{PACKAGE}/summary.py"
+    assert (project / stray).read_text() == SUMMARY
+    assert not (renamed / "summary.py").exists()
+    assert f"?? src/{PACKAGE}/" in git(project, "status", "--porcelain").splitlines()
+    assert "a renamed package folder" in said, said
+
+
+def test_deleted_file_stays_deleted_and_misses_the_template_change(render_at, tmp_path: Path):
+    project = render_at("v0.1.0", tmp_path / "project")
+    commit_all(project, "Render the template")
+    (project / ".pre-commit-config.yaml").unlink()
+    commit_all(project, "No pre-commit here")
+
+    said = update_cli(project, "v0.2.0")
+    assert not (project / ".pre-commit-config.yaml").exists()
+    assert PRE_COMMIT_CHANGE in (render_at("v0.2.0") / ".pre-commit-config.yaml").read_text()
+    status = git(project, "status", "--porcelain")
+    assert ".pre-commit-config.yaml" not in status, status  # nothing to see: hence the message
+    assert "Files you deleted or moved" in said, said
