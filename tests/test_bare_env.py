@@ -115,7 +115,11 @@ def test_sessions_pass_in_a_bare_environment(tmp_path: Path) -> None:
                     assert result.returncode == 0, where + describe(result)
                     if command[0] == "pytest":
                         # Every optional feature's test ran: the extras were there to run them.
+                        # Skips for a GPU are expected, and so is the one test of what
+                        # mlflow-skinny refuses: the `mlflow` extra is the full package.
                         lines = result.stdout.splitlines()
                         skipped = [line for line in lines if "SKIPPED" in line]
-                        assert all("CUDA" in line or "GPU" in line for line in skipped), skipped
+                        expected = ("CUDA", "GPU", "full MLflow opens sqlite stores")
+                        unexpected = [s for s in skipped if not any(e in s for e in expected)]
+                        assert not unexpected, unexpected
                         assert "TOTAL" in result.stdout, f"{name}: no coverage report"
