@@ -2,6 +2,7 @@
 
 Every test module imports from here, so the matrix is defined once. A combination's id lists
 its enabled toggles in a fixed order ("amp-ddp-syncbn-accum-ckpt-det-prof"), or is "none".
+The sharding answer (replicate or shard, asked with ddp) is the toggle "shard" here.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ DEVICE = os.environ.get("TEMPLATE_TEST_DEVICE", "cpu")
 SHORT = {
     "amp": "amp",
     "ddp": "ddp",
+    "shard": "shard",
     "sync_bn": "syncbn",
     "grad_accum": "accum",
     "checkpointing": "ckpt",
@@ -39,8 +41,9 @@ SHORT = {
 }
 TOGGLES = list(SHORT)
 INDEPENDENT = ["amp", "grad_accum", "checkpointing", "deterministic", "profiling"]
-# sync_bn is asked only when ddp is on, so ddp has three states rather than four.
-DDP_STATES = [(False, False), (True, False), (True, True)]
+# sharding and sync_bn are asked only when ddp is on, and sync_bn only when sharding is
+# replicate: (ddp, sync_bn, shard) has four states rather than eight.
+DDP_STATES = [(False, False, False), (True, False, False), (True, True, False), (True, False, True)]
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,7 @@ class Combo:
 
     amp: bool
     ddp: bool
+    shard: bool
     sync_bn: bool
     grad_accum: bool
     checkpointing: bool
@@ -64,16 +68,24 @@ class Combo:
         return {name: getattr(self, name) for name in SHORT}
 
     @property
-    def answers(self) -> dict[str, bool]:
-        """The copier data for this combination; sync_bn only where copier asks it."""
-        answers = self.toggles
-        if not self.ddp:
+    def answers(self) -> dict[str, bool | str]:
+        """The copier data for this combination; sharding and sync_bn only where copier asks."""
+        answers: dict[str, bool | str] = dict(self.toggles)
+        del answers["shard"]
+        if self.ddp:
+            answers["sharding"] = "shard" if self.shard else "replicate"
+        if not self.ddp or self.shard:
             del answers["sync_bn"]
         return answers
 
+    @property
+    def context(self) -> dict[str, bool | str]:
+        """The toggles as the template's Jinja sees them."""
+        return {**self.toggles, "sharding": "shard" if self.shard else "replicate"}
 
-def _combo(ddp_state: tuple[bool, bool], **independent: bool) -> Combo:
-    return Combo(ddp=ddp_state[0], sync_bn=ddp_state[1], **independent)
+
+def _combo(ddp_state: tuple[bool, bool, bool], **independent: bool) -> Combo:
+    return Combo(ddp=ddp_state[0], sync_bn=ddp_state[1], shard=ddp_state[2], **independent)
 
 
 ALL = [
@@ -82,17 +94,18 @@ ALL = [
     for values in itertools.product([False, True], repeat=len(INDEPENDENT))
 ]
 BY_ID = {combo.id: combo for combo in ALL}
-assert len(ALL) == len(BY_ID) == 96
+assert len(ALL) == len(BY_ID) == 128
 
 
 def _covering() -> list[Combo]:
-    """All on, all off, each toggle alone and each toggle left out (sync_bn implies ddp)."""
-    on = {name: True for name in SHORT}
+    """All on, all off, each toggle alone and each toggle left out (sync_bn and shard imply
+    ddp; all on replicates, and all on sharded is one more)."""
+    on = dict({name: True for name in SHORT}, shard=False)
     off = {name: False for name in SHORT}
-    wanted = [on, off]
+    wanted = [on, off, dict(on, sync_bn=False, shard=True)]
     for name in SHORT:
         alone = dict(off, **{name: True})
-        if name == "sync_bn":
+        if name in ("sync_bn", "shard"):
             alone["ddp"] = True
         left_out = dict(on, **{name: False})
         if name == "ddp":
@@ -103,6 +116,7 @@ def _covering() -> list[Combo]:
 
 COVERING = _covering()
 DEFAULT = BY_ID["amp-ddp-syncbn-accum-ckpt-det-prof"]  # every question at its default
+SHARDED = BY_ID["amp-ddp-shard-accum-ckpt-det-prof"]  # all on, sharding shard
 
 
 def render(
@@ -170,7 +184,7 @@ def expected_files(combo: Combo) -> tuple[set[str], set[str]]:
     """
     env = jinja2.Environment(undefined=jinja2.StrictUndefined)
     context = {
-        **combo.toggles,
+        **combo.context,
         # The questions outside the toggle matrix, at their defaults.
         **QUESTION_DEFAULTS,
         "package_name": PACKAGE,

@@ -53,7 +53,8 @@ TRAIN = [sys.executable, "-m", f"{PACKAGE}.train"]
 # All on, then each toggle alone (sync_bn with the ddp it needs): a failure names the toggle,
 # and the code a toggle has only when others are off is compared too.
 SWITCHED_OFF = [DEFAULT] + [
-    BY_ID[name] for name in ["amp", "ddp", "ddp-syncbn", "accum", "ckpt", "det", "prof"]
+    BY_ID[name]
+    for name in ["amp", "ddp", "ddp-syncbn", "ddp-shard", "accum", "ckpt", "det", "prof"]
 ]
 
 

@@ -1,6 +1,7 @@
 """Mutation tests: break one pattern in a rendered project, and its generated tests must fail.
 
-Each mutation is a textual patch of the all-on project's source. The patch asserts that the
+Each mutation is a textual patch of the all-on project's source (of the all-on sharded
+project's, for SHARDED_MUTATIONS). The patch asserts that the
 text it replaces is there exactly once, so a change to the template cannot silently turn a
 mutation into a no-op; when that assertion fires, update the mutation to the new text.
 """
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from combos import DEFAULT, PACKAGE, render
+from combos import DEFAULT, PACKAGE, SHARDED, render
 
 pytestmark = pytest.mark.mutation
 
@@ -186,12 +187,48 @@ MUTATIONS = [
         "test_profiling.py",
     ),
 ]
+# Patches of the all-on sharded project (sharding shard).
+SHARDED_MUTATIONS = [
+    Mutation(
+        "no fully_shard on the root",
+        "sharding.py",
+        "    fully_shard(net, mp_policy=mixed)\n",
+        "",
+        "test_sharding.py",
+    ),
+    Mutation(
+        "clipping by each process's shard of the gradient",
+        "train.py",
+        "    norm = torch.nn.utils.clip_grad_norm_(run.net.parameters(), config.grad_clip)\n",
+        "    shards = []\n"
+        "    for parameter in run.net.parameters():\n"
+        "        if parameter.grad is not None:\n"
+        "            local = getattr(parameter, 'to_local', parameter.detach)().detach()\n"
+        "            local.grad = getattr(parameter.grad, 'to_local', parameter.grad.detach)()\n"
+        "            shards.append(local)\n"
+        "    norm = torch.nn.utils.clip_grad_norm_(shards, config.grad_clip)\n",
+        "test_sharding.py::test_sharded_training_equals_one_process_with_the_global_batch",
+    ),
+    Mutation(
+        "gradients synced on every micro-batch",
+        "sharding.py",
+        "module.set_requires_gradient_sync(sync, recurse=False)",
+        "module.set_requires_gradient_sync(True, recurse=False)",
+        "test_sharding.py::test_gradients_reduce_scatter_once_per_optimizer_step",
+    ),
+]
 
 
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory) -> Path:
     """The all-on project, rendered once from the working tree (uncommitted changes too)."""
     return render(DEFAULT.answers, tmp_path_factory.mktemp("rendered") / "all")
+
+
+@pytest.fixture(scope="module")
+def rendered_sharded(tmp_path_factory) -> Path:
+    """The all-on sharded project, rendered once from the working tree."""
+    return render(SHARDED.answers, tmp_path_factory.mktemp("rendered") / "sharded")
 
 
 def pytest_in(project: Path, *tests: str) -> subprocess.CompletedProcess:
@@ -217,11 +254,17 @@ def test_unpatched_project_passes_the_mutation_targets(rendered):
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
 
 
-@pytest.mark.parametrize("mutation", MUTATIONS, ids=lambda m: m.name)
-def test_generated_tests_catch_the_mutation(rendered, tmp_path, mutation):
+def test_unpatched_sharded_project_passes_the_mutation_targets(rendered_sharded):
+    result = pytest_in(rendered_sharded, *sorted({m.test for m in SHARDED_MUTATIONS}))
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+
+
+@pytest.mark.parametrize("mutation", MUTATIONS + SHARDED_MUTATIONS, ids=lambda m: m.name)
+def test_generated_tests_catch_the_mutation(request, tmp_path, mutation):
     """The generated test file for the pattern fails once the pattern is broken."""
     project = tmp_path / "project"
-    shutil.copytree(rendered, project)
+    fixture = "rendered_sharded" if mutation in SHARDED_MUTATIONS else "rendered"
+    shutil.copytree(request.getfixturevalue(fixture), project)
     mutation.apply(project)
     result = pytest_in(project, mutation.test)
     # Exit code 1: tests ran and failed (2 or more would be a collection or usage error).

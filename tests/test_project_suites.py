@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 import pytest
-from combos import COVERING, DEVICE, Combo, describe, run
+from combos import COVERING, DEFAULT, DEVICE, SHARDED, Combo, describe, run
 
 pytestmark = pytest.mark.suite
 
@@ -13,13 +13,13 @@ pytestmark = pytest.mark.suite
 def runs_slow_tests(combo: Combo) -> bool:
     """Whether this combination's suite includes its tests marked slow (real processes).
 
-    All on, all off and each toggle alone run everything. The combinations that leave one
-    toggle out run their fast tests only: their slow tests (signals to process trees, full
-    disks, resumes in new processes) repeat the all-on project's nearly step for step, and
-    running them in all 16 suites would double CI's time.
+    All on (replicated and sharded), all off and each toggle alone run everything. The
+    combinations that leave one toggle out run their fast tests only: their slow tests
+    (signals to process trees, full disks, resumes in new processes) repeat the all-on
+    project's nearly step for step, and running them in all 18 suites would double CI's time.
     """
     enabled = sum(combo.toggles.values())
-    return enabled <= 2 or enabled == len(combo.toggles)
+    return enabled <= 2 or combo in (DEFAULT, SHARDED)
 
 
 @pytest.mark.parametrize("combo", COVERING, ids=lambda combo: combo.id)

@@ -34,6 +34,8 @@ MARKERS = {
     "deterministic": ["use_deterministic_algorithms", "CUBLAS"],
     "profiling": ["torch.profiler", "--profile"],
     "sync_bn": ["SyncBatchNorm", "sync_bn"],
+    # "shard" alone is no marker: the samplers shard the data.
+    "shard": ["fully_shard", "FSDP", "DTensor", "MixedPrecisionPolicy", "reduce-scatter"],
 }
 ANSWERS_FILE = ".copier-answers.yml"
 
@@ -129,8 +131,10 @@ def test_answers_file_records_answers(rendered, combo: Combo) -> None:
     answers = yaml.safe_load((rendered(combo) / ANSWERS_FILE).read_text())
     for name, value in combo.answers.items():
         assert answers[name] == value, name
-    if not combo.ddp:
+    if not combo.ddp or combo.shard:
         assert "sync_bn" not in answers  # not asked, so not recorded
+    if not combo.ddp:
+        assert "sharding" not in answers
     assert answers["package_name"] == PACKAGE
     assert answers["project_name"]
     assert answers["_src_path"]
@@ -290,7 +294,7 @@ def test_rendering_is_deterministic(tmp_path: Path) -> None:
 
 
 def test_all_combinations_are_distinct() -> None:
-    assert len({combo.id for combo in ALL}) == len(ALL) == 96
+    assert len({combo.id for combo in ALL}) == len(ALL) == 128
 
 
 # ---------------------------------------------------------------- the team scaffold questions
