@@ -17,10 +17,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-from combos import COVERING, DEFAULT, PACKAGE, SHORT_RUN, render  # noqa: E402
+from combos import COVERING, DEFAULT, PACKAGE, SHARDED, SHORT_RUN, render  # noqa: E402
 
-# What run.py --quick covers: all toggles on and all off.
-QUICK = [DEFAULT.id, "none"]
+# What run.py --quick covers: all toggles on, all on sharded (FSDP2 on nccl), and all off.
+QUICK = [DEFAULT.id, SHARDED.id, "none"]
 MAX_BYTES = 32 * 2**20
 
 

@@ -10,7 +10,8 @@ host sync in the step, SyncBatchNorm, bf16 and fp16 with GradScaler and fused Ad
 deterministic runs, --compile, the profiler, mid-epoch resume); each is reported on its own
 line, as skip on the CPU. On CUDA the suites leave out the tests marked slow (they start
 training processes on the CPU, which CI covers) unless --slow. --quick trains only the
-all-on and all-off projects and runs only the all-on project's tests, without the slow ones.
+all-on, all-on sharded and all-off projects and runs only the all-on project's tests,
+without the slow ones.
 
 Writes DIR/results.json (a list of {name, status, seconds, detail}, status pass, fail or
 skip) and DIR/results.md (the same as a table). Exits 1 if anything failed.
