@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from combos import CONDITION, COVERING, DEFAULT, PACKAGE, REPO_ROOT, Combo
+from combos import BY_ID, CONDITION, COVERING, DEFAULT, PACKAGE, REPO_ROOT, Combo
 
 DOCS = REPO_ROOT / "docs" / "reference"
+NONE = BY_ID["none"]  # every answer off
 
 
 def config_module(root: Path):
@@ -88,6 +89,21 @@ def test_flags_page_says_which_answers_bring_each_flag(rendered, combo: Combo) -
     for flag, field in fields.items():
         facts = {key: field_row(field)[key] for key in ("default", "group")}
         assert {key: rows[flag][key] for key in facts} == facts, flag
+
+
+def test_a_training_setting_that_an_answer_adds_says_its_value_without_it(rendered) -> None:
+    """A checkpoint crosses a change of answers (docs/features/checkpointing.md) only where a
+    training setting that the answer adds says, in answer_off, what a project without the
+    answer trains like; a running setting may differ anyway."""
+    rows = flags_page()
+    everywhere = {flag_of(f) for f in dataclasses.fields(config_module(rendered(NONE)).Config)}
+    for field in dataclasses.fields(config_module(rendered(DEFAULT)).Config):
+        flag = flag_of(field)
+        if flag in everywhere or field.metadata["group"] == "running":
+            continue
+        assert "answer_off" in field.metadata, f"{flag}: give it option(..., answer_off=...)"
+        answer, _ = field.metadata["answer_off"]
+        assert answer in rows[flag]["present with"].split(" + "), flag
 
 
 def test_questions_page_lists_every_question() -> None:
