@@ -216,6 +216,20 @@ SHARDED_MUTATIONS = [
         "module.set_requires_gradient_sync(True, recurse=False)",
         "test_sharding.py::test_gradients_reduce_scatter_once_per_optimizer_step",
     ),
+    Mutation(
+        "a checkpoint folder's .metadata unpickled as DCP's own reader does",
+        "sharding.py",
+        "metadata = _MetadataUnpickler(file).load()",
+        "metadata = pickle.load(file)",
+        "test_sharding.py::test_a_hostile_metadata_file_is_refused_before_it_runs",
+    ),
+    Mutation(
+        "a folder without .metadata taken by --resume auto",
+        "checkpoint.py",
+        'if path.is_dir() and not (path / ".metadata").is_file():',
+        "if False:",
+        "test_sharding.py::test_an_incomplete_folder_is_never_resumed",
+    ),
 ]
 
 
