@@ -68,8 +68,8 @@ MUTATIONS = [
     Mutation(
         "live loss accumulated (no detach)",
         "train.py",
-        "state.loss_sum += summed.detach()",
-        "state.loss_sum += summed",
+        "detached = summed.detach()",
+        "detached = summed",
         "test_loop.py",
     ),
     Mutation(
@@ -89,14 +89,14 @@ MUTATIONS = [
     ),
     Mutation(
         "deprecated torch.cuda.amp.GradScaler",
-        "train.py",
+        "precision.py",
         "torch.amp.GradScaler(device.type, ",
         "torch.cuda.amp.GradScaler(",
         "test_amp.py",
     ),
     Mutation(
         "bf16 gets a GradScaler",
-        "train.py",
+        "precision.py",
         'GradScaler(device.type, enabled=config.precision == "fp16")',
         'GradScaler(device.type, enabled=config.precision != "fp32")',
         "test_amp.py",
