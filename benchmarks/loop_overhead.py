@@ -101,6 +101,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, help="rounds per run (default: per size)")
     parser.add_argument("--against", help="--features: another template checkout, timed alike")
     parser.add_argument(
+        "--projects", default=",".join(FEATURES), help="--features: these combination ids only"
+    )
+    parser.add_argument(
         "--template", default=str(TEMPLATE), help="template to render (default: this checkout)"
     )
     parser.add_argument("--child", metavar="PROJECT", help=argparse.SUPPRESS)
@@ -142,12 +145,15 @@ def features(args: argparse.Namespace) -> None:
     """
     env = os.environ | {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     templates = {"this": args.template} | ({"against": args.against} if args.against else {})
-    runs = {label: {name: [] for name in FEATURES} for label in templates}
+    names = args.projects.split(",")
+    if "none" not in names:
+        names.insert(0, "none")  # every cost is measured against the all-off loop
+    runs = {label: {name: [] for name in names} for label in templates}
     with tempfile.TemporaryDirectory(prefix="loop-features-") as tmp:
         projects = {
             (label, name): render(BY_ID[name].answers, Path(tmp) / label / name, template=path)
             for label, path in templates.items()
-            for name in FEATURES
+            for name in names
         }
         for repeat in range(args.repeats):
             for (label, name), dest in projects.items():
@@ -176,7 +182,7 @@ def report_features(runs: dict[str, list[dict]]) -> None:
     print(f"raw loop: {raw_step * 1e6:.0f} us per step (median, all-off project's process)")
     header = f"{'project':<10} {'ratio':>6} {'spread':>13} {'added/step':>11} {'points':>7}"
     print(header)
-    for name in FEATURES:
+    for name in runs:
         per_repeat = [statistics.median(run["ratios"]["raw"]) for run in runs[name]]
         spread = f"{min(per_repeat):.3f}-{max(per_repeat):.3f}"
         value = statistics.median(pooled(name, "ratios", "raw"))
