@@ -1,7 +1,8 @@
 """The loss: training and validation both compute it here, so a new loss is one change.
 
 It returns the batch's sum, not its mean: the caller divides by the samples it averages
-over, which lets gradient accumulation and validation weigh every sample alike.
+over (an optimizer step's, an epoch's, the validation set's), so that every sample weighs
+alike, a short last batch included.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 
-def loss_sum(
+def summed_loss(
     logits: torch.Tensor, targets: torch.Tensor, label_smoothing: float = 0.0
 ) -> torch.Tensor:
     """The batch's summed cross-entropy, in fp32 whatever the logits' dtype.
