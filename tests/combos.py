@@ -55,8 +55,9 @@ class Toggle:
     neutral: bool = False
     # The optimizer steps per process a run needs to show it; a short run has about 2.
     min_steps: int = 0
-    # Asked only when that answer is on (its `when:` in copier.yml).
+    # Asked only when that answer is on, and never with these on (its `when:` in copier.yml).
     needs: str | None = None
+    conflicts: tuple[str, ...] = ()
     # The answer's values: off, then on. A choice of two ("replicate", "shard") fits too.
     values: tuple[Any, Any] = (False, True)
 
@@ -129,6 +130,7 @@ TABLE = [
 BY_NAME = {toggle.name: toggle for toggle in TABLE}
 assert len({t.short for t in TABLE}) == len(TABLE), "two answers share a short name"
 assert all(t.needs in BY_NAME for t in TABLE if t.needs), "an answer needs an unknown one"
+assert all(set(t.conflicts) <= BY_NAME.keys() for t in TABLE), "a conflict with an unknown one"
 
 
 @dataclass(frozen=True)
@@ -141,8 +143,7 @@ class Combo:
         unknown = set(self.on) - BY_NAME.keys()
         assert not unknown, f"not in TABLE: {sorted(unknown)}"
         for name in self.on:
-            needs = BY_NAME[name].needs
-            assert needs is None or needs in self.on, f"{name} is asked only with {needs}"
+            assert asked(BY_NAME[name], self.on), f"copier does not ask {name} with {self.on}"
 
     def __getattr__(self, name: str) -> bool:
         if name in BY_NAME:
@@ -164,17 +165,16 @@ class Combo:
         return {t.name: t.values[t.name in self.on] for t in TABLE if asked(t, self.on)}
 
     def with_(self, *names: str) -> Combo:
-        """This combination with more answers on (and the answers they need)."""
-        return Combo(self.on | _needed(names))
+        """This combination with more answers on (and the answers they need), and the
+        answers they conflict with off."""
+        on = _needed(names)
+        conflicting = {c for n in on for c in BY_NAME[n].conflicts}
+        conflicting |= {t.name for t in TABLE if on & set(t.conflicts)}
+        return Combo(_switched_off(self.on, conflicting) | on)
 
     def without(self, *names: str) -> Combo:
         """This combination with answers off (and the answers that need them)."""
-        off = set(names)
-        while True:
-            more = {t.name for t in TABLE if t.needs in off} - off
-            if not more:
-                return Combo(self.on - off)
-            off |= more
+        return Combo(_switched_off(self.on, names))
 
     def run_flags(self) -> list[str]:
         """A short run's flags that exercise every answer that is on."""
@@ -191,7 +191,9 @@ class Combo:
 
 
 def asked(toggle: Toggle, on: Iterable[str]) -> bool:
-    return toggle.needs is None or toggle.needs in set(on)
+    """Whether copier asks ``toggle`` when the answers ``on`` are on (and the rest off)."""
+    on = set(on)
+    return (toggle.needs is None or toggle.needs in on) and not on & set(toggle.conflicts)
 
 
 def _needed(names: Iterable[str]) -> frozenset[str]:
@@ -202,21 +204,44 @@ def _needed(names: Iterable[str]) -> frozenset[str]:
     return frozenset(found)
 
 
+def _switched_off(on: frozenset[str], names: Iterable[str]) -> frozenset[str]:
+    """on without names and the answers that need them, and theirs."""
+    off = set(names)
+    while more := {t.name for t in TABLE if t.needs in off} - off:
+        off |= more
+    return on - off
+
+
 def _all() -> list[Combo]:
     """Every combination copier can render, in a fixed order."""
     combos = []
     for values in itertools.product([False, True], repeat=len(TABLE)):
         on = {t.name for t, value in zip(TABLE, values, strict=True) if value}
-        if all(asked(BY_NAME[name], on) for name in on):
+        if _valid(on):
             combos.append(Combo(frozenset(on)))
     return combos
+
+
+def _valid(on: Iterable[str]) -> bool:
+    """Whether copier asks every answer that is on."""
+    on = set(on)
+    return all(asked(BY_NAME[name], on) for name in on)
+
+
+def _all_on() -> Combo:
+    """Every answer on, in TABLE's order, but those that conflict with one already on."""
+    on: set[str] = set()
+    for toggle in TABLE:
+        if _valid(on | {toggle.name}):
+            on.add(toggle.name)
+    return Combo(frozenset(on))
 
 
 ALL = _all()
 BY_ID = {combo.id: combo for combo in ALL}
 assert len(ALL) == len(BY_ID), "two combinations share an id"
 ALL_OFF = BY_ID["none"]
-ALL_ON = Combo(frozenset(BY_NAME))
+ALL_ON = _all_on()
 
 
 def questions() -> dict[str, dict]:
@@ -231,11 +256,17 @@ def _default() -> Combo:
 
 
 DEFAULT = _default()
-# Each answer alone (with what it needs) and each answer left out (with what needs it).
+# Each answer alone (with what it needs), each left out (with what needs it), and each with
+# every other answer that can be on with it (all on, but for an answer that conflicts).
 ALONE = {t.name: ALL_OFF.with_(t.name) for t in TABLE}
 LEFT_OUT = {t.name: ALL_ON.without(t.name) for t in TABLE}
-# The covering combinations: all on, all off, each answer alone and each left out.
-COVERING = list({c.id: c for c in [ALL_ON, ALL_OFF, *ALONE.values(), *LEFT_OUT.values()]}.values())
+MOST = {t.name: ALL_ON.with_(t.name) for t in TABLE}
+# The covering combinations: all on, all off, each answer alone, left out and with the most.
+COVERING = list(
+    {
+        c.id: c for c in [ALL_ON, ALL_OFF, *ALONE.values(), *LEFT_OUT.values(), *MOST.values()]
+    }.values()
+)
 
 
 def render(

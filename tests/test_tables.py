@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+import jinja2
 import pytest
 from combos import (
     ALL,
@@ -18,6 +19,7 @@ from combos import (
     TABLE,
     Combo,
     Toggle,
+    asked,
     owned_files,
     questions,
 )
@@ -40,10 +42,22 @@ def test_each_entry_is_a_question_of_copier_yml(toggle: Toggle) -> None:
         choices = question["choices"]
         values = choices.values() if isinstance(choices, dict) else choices
         assert set(values) == set(toggle.values), f"{toggle.name}: values {toggle.values}"
-    when = f"{{{{ {toggle.needs} }}}}" if toggle.needs else None
-    assert question.get("when") == when, f"{toggle.name}: `when: {when}` in copier.yml"
     assert question["default"] in toggle.values, toggle.name
     assert toggle.name not in dir(Combo), f"{toggle.name} is a name Combo uses already"
+
+
+@IDS
+def test_copier_asks_each_when_the_table_says(toggle: Toggle) -> None:
+    """copier.yml's `when:`, evaluated for every combination, against needs and conflicts."""
+    when = questions()[toggle.name].get("when", "true")
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    for combo in ALL:
+        context = {t.name: t.values[t.name in combo.on] for t in TABLE}
+        said = env.from_string(when).render(context).strip().lower() == "true"
+        assert said == asked(toggle, combo.on), (
+            f"copier.yml asks {toggle.name} {'with' if said else 'without'} {combo.id}: "
+            f"its `when: {when}` and TABLE's needs/conflicts disagree"
+        )
 
 
 def test_every_yes_no_question_has_an_entry() -> None:
