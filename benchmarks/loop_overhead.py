@@ -4,7 +4,7 @@
     python benchmarks/loop_overhead.py --quick    # fewer rounds, for a smoke test
 
 Renders two projects from this template (every toggle off; every toggle on, run with
-``--precision fp32 --accum-steps 1``) and, for each, times in one process three loops that
+``--precision fp32``) and, for each, times in one process three loops that
 train the same model on the same batches with the same batch size and number of steps:
 
 - ``rendered``: the project's own code. ``train.setup(config, device)`` builds the Run (ddp
@@ -66,7 +66,7 @@ from combos import BY_ID, DEFAULT, PACKAGE, render  # noqa: E402
 
 PROJECTS = {
     "all-off": (BY_ID["none"].answers, []),
-    "all-on": (DEFAULT.answers, ["--precision", "fp32", "--accum-steps", "1"]),
+    "all-on": (DEFAULT.answers, ["--precision", "fp32"]),
 }
 # name: (width, batch size, steps per round, rounds after the warm-up round)
 SIZES = {"tiny": (4, 8, 20, 60), "compute": (16, 64, 6, 12)}
@@ -179,13 +179,14 @@ def measure(project: Path, extra: list[str], device_name: str, quick: bool) -> d
 
 
 class Batches:
-    """Pre-made batches, with the ``sampler`` of the loader they came from (``train_epoch``
-    reads its length). Not a list: Lightning would take a list for a collection of loaders.
+    """Pre-made batches, with the ``batch_sampler`` of the loader they came from
+    (``train_epoch`` reads its batch plan). Not a list: Lightning would take a list for a
+    collection of loaders.
     """
 
-    def __init__(self, batches: list, sampler) -> None:
+    def __init__(self, batches: list, batch_sampler) -> None:
         self.batches = batches
-        self.sampler = sampler
+        self.batch_sampler = batch_sampler
 
     def __iter__(self):
         return iter(self.batches)
@@ -212,7 +213,8 @@ def make_loops(train, config, device, steps: int, rounds: int) -> dict:
     if "env" in inspect.signature(train.setup).parameters:
         setup_args.append(train.Dist())  # single process: no process group, no DDP wrapper
     run, train_loader, _ = train.setup(*setup_args)
-    batches = Batches([(x.to(device), y.to(device)) for x, y in train_loader], train_loader.sampler)
+    made = [(x.to(device), y.to(device)) for x, y in train_loader]
+    batches = Batches(made, train_loader.batch_sampler)
     assert len(batches) == steps
     initial = copy.deepcopy(run.net.state_dict())
 

@@ -109,7 +109,7 @@ def train(combo: dict, device: str, nproc: int, out: Path, manifest: dict) -> di
     short = CUDA_RUN if device == "cuda" else [*manifest["short_run"], "--log-every", "4"]
     flags = [*short, "--device", device, "--out-dir", str(run_dir)]
     if combo["grad_accum"]:
-        flags += ["--accum-steps", "2"]
+        flags += ["--micro-batch", "16"]  # a step in 2 or more micro-batches on one process
     if combo["profiling"]:
         flags += ["--profile"]
     measure = [str(HERE / "measure.py"), str(report), manifest["package"]]

@@ -5,7 +5,7 @@ combination of toggles (`{% if ddp and grad_accum %}`, say). An edit to one of t
 an RNG draw that one combination makes and another does not, or a different order of
 operations, changes the numbers of some projects and not others. Here every project trains
 the same short run with the same seed, its features switched off by flags (--precision fp32,
---accum-steps 1, --deterministic off, --no-sync-bn, no --profile, no --resume, no torchrun),
+--micro-batch 0, --deterministic off, --no-sync-bn, no --profile, no --resume, no torchrun),
 and its metrics.jsonl must equal the all-off project's: every loss, accuracy and learning rate,
 at the full precision that JSON keeps, after two epochs whose second starts from the first's
 weights. A last case switches on, as one process under torchrun, the features that must not
@@ -43,7 +43,7 @@ SAME_RUN += ["--seed", "0"]
 # are off unless asked for (--resume, --profile, torchrun), so they need none.
 OFF = {
     "amp": ["--precision", "fp32"],
-    "grad_accum": ["--accum-steps", "1"],
+    "grad_accum": ["--micro-batch", "0"],
     "deterministic": ["--deterministic", "off"],
     "sync_bn": ["--no-sync-bn"],
 }
@@ -118,7 +118,7 @@ def test_neutral_features_on_train_like_all_off(rendered, all_off, tmp_path: Pat
     the profiler: on a CPU none of them may change a number."""
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     command = [*torchrun, "--nproc-per-node", "1", "-m", f"{PACKAGE}.train"]
-    neutral = ["--precision", "fp32", "--accum-steps", "1", "--deterministic", "on"]
+    neutral = ["--precision", "fp32", "--micro-batch", "0", "--deterministic", "on"]
     neutral += ["--sync-bn", "--profile"]
     out_dir = tmp_path / "run"
     records = train(rendered(DEFAULT), out_dir, *neutral, command=command)

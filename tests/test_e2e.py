@@ -51,10 +51,9 @@ def command(combo: Combo, nproc: int, module: str = "train") -> list[str]:
 def flags(combo: Combo, out_dir: Path, nproc: int) -> list[str]:
     args = [*SHORT_RUN, "--out-dir", str(out_dir)]
     if combo.grad_accum:
-        args += ["--accum-steps", "3"]  # 8 batches: windows of 3, 3 and a short 2
+        args += ["--micro-batch", "8"]  # steps of 32: 4 micro-batches on 1 process, 2 on 2
     if combo.profiling:
-        # The profiler's schedule needs 5 steps: batches of 8 make 16 or more per rank, so 6
-        # steps or more with windows of 3.
+        # The profiler's schedule needs 5 steps: steps of 8 samples make 32 or more.
         size = 128 * max(nproc, 2)
         args += ["--profile", "--batch-size", "8", "--train-size", str(size)]
     if DEVICE != "cpu":
@@ -112,11 +111,11 @@ def check_start_and_end_lines(stdout: str, combo: Combo, nproc: int, out_dir: Pa
     starts = [line for line in stdout.splitlines() if line.startswith("training on ")]
     assert len(starts) == 1, stdout[-3000:]
     start = starts[0]
-    accum = 3 if combo.grad_accum else 1
-    batch = nproc * accum * int(flag_value(combo, "--batch-size"))
+    batch = int(flag_value(combo, "--batch-size"))  # the samples of a step, all processes'
     assert f"batch {batch}" in start, start
     assert ("processes" in start or " 1 process" in start) == combo.ddp, start
-    assert ("accumulated" in start) == combo.grad_accum, start
+    micro_batches = -(-batch // nproc) > 8  # --micro-batch 8 then splits a process's share
+    assert ("micro-batches" in start) == (combo.grad_accum and micro_batches), start
     assert f"steps per epoch, 1 epoch -> {out_dir}" in start, start
     lines = stdout.splitlines()
     best = [line for line in lines if line.startswith("best: epoch 1 of 1, val_acc ")]
@@ -169,7 +168,7 @@ def test_help_lists_exactly_the_enabled_flags(rendered, combo: Combo) -> None:
     assert result.returncode == 0, describe(result)
     expected = {
         "--precision": combo.amp,
-        "--accum-steps": combo.grad_accum,
+        "--micro-batch": combo.grad_accum,
         "--resume": combo.checkpointing,
         "--profile": combo.profiling,
         "--sync-bn": combo.sync_bn,
@@ -232,14 +231,14 @@ def assert_identical(a, b, path: str = "state") -> None:
 def test_checkpoint_resumes_after_answers_changed(rendered, tmp_path: Path) -> None:
     """A run preempted in a project with amp and grad_accum, resumed in the project that
     `copier update` turned them off in: bit-identical to an uninterrupted run there when it
-    trained alike (--precision fp32, --accum-steps 1), refused naming both answers otherwise."""
+    trained alike (--precision fp32, no --micro-batch), refused naming amp otherwise."""
     torch = pytest.importorskip("torch")
     before, after = rendered(DEFAULT), rendered(BY_ID["ddp-syncbn-ckpt-det-prof"])
     args = [*SHORT_RUN, "--width", "8", "--device", "cpu"]
     stop = [sys.executable, "-c", STOPPED_AT_STEP_2, *args]
 
     alike = tmp_path / "alike"
-    fp32 = ["--precision", "fp32", "--accum-steps", "1"]
+    fp32 = ["--precision", "fp32"]
     stopped = run([*stop, *fp32, "--out-dir", str(alike)], cwd=before)
     assert stopped.returncode == 75, describe(stopped)
     resumed = run([*TRAIN, *args, "--out-dir", str(alike), "--resume", "auto"], cwd=after)
@@ -258,12 +257,12 @@ def test_checkpoint_resumes_after_answers_changed(rendered, tmp_path: Path) -> N
     ]
 
     differs = tmp_path / "differs"
-    stopped = run([*stop, "--accum-steps", "3", "--out-dir", str(differs)], cwd=before)
+    stopped = run([*stop, "--precision", "bf16", "--out-dir", str(differs)], cwd=before)
     assert stopped.returncode == 75, describe(stopped)
     refused = run([*TRAIN, *args, "--out-dir", str(differs), "--resume", "auto"], cwd=after)
     assert refused.returncode == 2, describe(refused)
     [line] = refused.stderr.strip().splitlines()
-    assert "grad_accum" in line and "amp" in line and "--accum-steps 3" in line, line
+    assert "amp" in line and "--precision bf16" in line, line
 
 
 @pytest.mark.gpu

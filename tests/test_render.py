@@ -29,7 +29,7 @@ MARKERS = {
     # DataLoader workers are processes too).
     + ["rank", "each process", "every process", "per process", "other process"]
     + ["another process", "all processes", "across processes", "over processes"],
-    "grad_accum": ["accum_steps", "accum-steps", "micro-batch", "window_samples"],
+    "grad_accum": ["accum_steps", "accum-steps", "micro-batch", "micro_batch", "window_samples"],
     "checkpointing": ["resume", "save_run", "CheckpointError", "SIGTERM", "safetensors"],
     "deterministic": ["use_deterministic_algorithms", "CUBLAS"],
     "profiling": ["torch.profiler", "--profile"],

@@ -368,7 +368,7 @@ def test_turning_amp_off_removes_exactly_its_code(render_at, tmp_path: Path):
     pkg = project / "src" / PACKAGE
     for module in ("checkpoint.py", "distributed.py", "profiling.py", "summary.py", "my_data.py"):
         assert (pkg / module).exists(), f"{module} went missing with amp off"
-    assert "accum_steps" in (pkg / "config.py").read_text()
+    assert "micro_batch" in (pkg / "config.py").read_text()
     assert "a hidden layer: my edit" in (pkg / "model.py").read_text()
 
 
