@@ -139,9 +139,9 @@ def measure(project: Path, extra: list[str], device_name: str, quick: bool) -> d
     sys.path.insert(0, str(project / "src"))
     train = __import__(f"{PACKAGE}.train", fromlist=["train"])
     config_module = __import__(f"{PACKAGE}.config", fromlist=["config"])
-    runtime = __import__(f"{PACKAGE}.runtime", fromlist=["runtime"])
-    if hasattr(runtime, "make_deterministic"):
-        runtime.make_deterministic()  # as the all-on project's main() does, for every loop here
+    device = __import__(f"{PACKAGE}.device", fromlist=["device"])
+    if hasattr(device, "make_deterministic"):
+        device.make_deterministic()  # as the all-on project's main() does, for every loop here
     logging.getLogger("lightning").setLevel(logging.ERROR)
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore")
@@ -216,7 +216,7 @@ def make_loops(train, config, device, steps: int, rounds: int) -> dict:
     made = [(x.to(device), y.to(device)) for x, y in train_loader]
     batches = Batches(made, train_loader.batch_sampler)
     assert len(batches) == steps
-    initial = copy.deepcopy(run.net.state_dict())
+    initial = copy.deepcopy(run.model.state_dict())
 
     def rendered() -> float:
         sync()
@@ -231,7 +231,7 @@ def make_loops(train, config, device, steps: int, rounds: int) -> dict:
         return seconds
 
     def fresh_model() -> torch.nn.Module:
-        net = copy.deepcopy(run.net)
+        net = copy.deepcopy(run.model)
         net.load_state_dict(initial)
         return net
 

@@ -43,15 +43,15 @@ MUTATIONS = [
     Mutation(
         "loss divided by --batch-size, not the step's samples",
         "train.py",
-        "loss = loss_sum * run.env.world_size / samples",
-        "loss = loss_sum * run.env.world_size / config.batch_size",
+        "loss = summed * run.env.world_size / samples",
+        "loss = summed * run.env.world_size / config.batch_size",
         "test_grad_accum.py",
     ),
     Mutation(
         "loss divided by the process's own samples of the step, not all processes'",
         "train.py",
-        "loss = loss_sum * run.env.world_size / samples",
-        "loss = loss_sum / max(sum(map(len, sampler.plan.micro_batches(step))), 1)",
+        "loss = summed * run.env.world_size / samples",
+        "loss = summed / max(sum(map(len, sampler.plan.micro_batches(step))), 1)",
         ANY_COUNT,
     ),
     Mutation(
@@ -79,8 +79,8 @@ MUTATIONS = [
     Mutation(
         "a resumed run restarts its epoch",
         "train.py",
-        "train_loader.batch_sampler.set_epoch(epoch, skip=state.samples)",
-        "train_loader.batch_sampler.set_epoch(epoch)",
+        "sampler_of(train_loader).set_epoch(epoch, skip=state.samples)",
+        "sampler_of(train_loader).set_epoch(epoch)",
         ANY_COUNT,
     ),
     Mutation(
@@ -107,15 +107,15 @@ MUTATIONS = [
     Mutation(
         "live loss accumulated (no detach)",
         "train.py",
-        "state.loss_sum += loss_sum.detach()",
-        "state.loss_sum += loss_sum",
+        "state.loss_sum += summed.detach()",
+        "state.loss_sum += summed",
         "test_loop.py",
     ),
     Mutation(
         "clip before unscale_",
         "train.py",
         "    run.scaler.unscale_(run.optimizer)",
-        "    torch.nn.utils.clip_grad_norm_(run.net.parameters(), config.grad_clip)\n"
+        "    torch.nn.utils.clip_grad_norm_(run.model.parameters(), config.grad_clip)\n"
         "    run.scaler.unscale_(run.optimizer)",
         "test_amp.py",
     ),
@@ -177,28 +177,28 @@ MUTATIONS = [
     ),
     Mutation(
         "torch RNG not seeded",
-        "runtime.py",
+        "device.py",
         "    torch.manual_seed(seed)",
         "    torch.seed()",
         "test_determinism.py",
     ),
     Mutation(
         "bf16 accepted where the GPU only emulates it",
-        "runtime.py",
+        "device.py",
         "torch.cuda.is_bf16_supported(including_emulation=False)",
         "torch.cuda.is_bf16_supported()",
         "test_amp.py",
     ),
     Mutation(
         "a CUBLAS_WORKSPACE_CONFIG that torch refuses is kept",
-        "runtime.py",
+        "device.py",
         "    if workspace not in CUBLAS_DETERMINISTIC:\n",
         "    if workspace is None:\n",
         "test_determinism.py",
     ),
     Mutation(
         "an op without a deterministic kernel ends in a traceback",
-        "runtime.py",
+        "device.py",
         "    if NONDETERMINISTIC not in str(error):\n",
         "    if True:\n",
         "test_determinism.py",
@@ -206,8 +206,8 @@ MUTATIONS = [
     Mutation(
         "validation's loss takes the training's label smoothing",
         "validation.py",
-        "totals[0] += loss_sum(logits, y)",
-        "totals[0] += loss_sum(logits, y, 0.1)",
+        "totals[0] += summed_loss(logits, y)",
+        "totals[0] += summed_loss(logits, y, 0.1)",
         "test_training_options.py::test_label_smoothing_trains_with_it_and_validates_without",
     ),
     Mutation(

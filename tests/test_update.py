@@ -45,8 +45,8 @@ GIT += ["-c", "tag.gpgsign=false", "-c", "init.defaultBranch=main", "-c", "core.
 # renders. `foreach=True` is a real option of clip_grad_norm_: a plausible small fix.
 TRAIN_FIXES = [
     (
-        "clip_grad_norm_(run.net.parameters(), run.config.grad_clip)",
-        "clip_grad_norm_(run.net.parameters(), run.config.grad_clip, foreach=True)",
+        "clip_grad_norm_(run.model.parameters(), run.config.grad_clip)",
+        "clip_grad_norm_(run.model.parameters(), run.config.grad_clip, foreach=True)",
     ),
     (
         "torch.manual_seed(seed)  # seeds every CUDA device too",

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 
-def loss_sum(
+def summed_loss(
     logits: torch.Tensor, targets: torch.Tensor, label_smoothing: float = 0.0
 ) -> torch.Tensor:
     """The batch's summed cross-entropy, in fp32 whatever the logits' dtype.
