@@ -10,25 +10,100 @@ import itertools
 import re
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import yaml
-from combos import CONDITION, DEFAULT, PACKAGE, REPO_ROOT
+from combos import BY_ID, CONDITION, COVERING, DEFAULT, PACKAGE, REPO_ROOT, Combo
 
 DOCS = REPO_ROOT / "docs" / "reference"
+NONE = BY_ID["none"]  # every answer off
 
 
-def test_flags_page_lists_every_config_field(rendered) -> None:
-    """Every field of the all-on Config is a row of flags.md, and every row is a field."""
-    path = rendered(DEFAULT) / "src" / PACKAGE / "config.py"
-    spec = importlib.util.spec_from_file_location("rendered_config", path)
+def config_module(root: Path):
+    """The rendered project's config.py, imported from its path (the standard library only:
+    no torch import)."""
+    path = root / "src" / PACKAGE / "config.py"
+    name = f"rendered_config_{root.parent.name}"
+    spec = importlib.util.spec_from_file_location(name, path)
     config = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = config  # dataclasses looks the module up while it is created
-    spec.loader.exec_module(config)  # the standard library only: no torch import
-    fields = {"--" + f.name.replace("_", "-") for f in dataclasses.fields(config.Config)}
-    page = (DOCS / "flags.md").read_text()
-    documented = set(re.findall(r"^\| `(--[a-z-]+)", page, re.MULTILINE)) - {"--config"}
-    assert documented == fields
+    sys.modules[name] = config  # dataclasses looks the module up while it is created
+    spec.loader.exec_module(config)
+    return config
+
+
+def flag_of(field: dataclasses.Field) -> str:
+    return "--" + field.name.replace("_", "-")
+
+
+def flags_page() -> dict[str, dict[str, str]]:
+    """The table of flags.md: each flag's row, by column name."""
+    # The header and the rows; not the |---| line.
+    lines = [line for line in (DOCS / "flags.md").read_text().splitlines() if line[:2] == "| "]
+    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    rows = {}
+    for line in lines[1:]:
+        row = dict(zip(header, [cell.strip() for cell in line.strip("|").split("|")], strict=True))
+        rows[row["flag"].strip("`").split()[0]] = row
+    rows.pop("--config")  # argparse's own, not a field
+    return rows
+
+
+def field_row(field: dataclasses.Field) -> dict[str, str]:
+    """What flags.md says of a field, as its facts give it ("none" for a default of None or "")."""
+    default = "none" if field.default in (None, "") else f"`{field.default}`"
+    # argparse shows %% as %; the page may put flags in backticks.
+    help_text = field.metadata["help"].replace("%%", "%")
+    return {"default": default, "group": field.metadata["group"], "help": help_text}
+
+
+def test_flags_page_rows_are_the_fields_with_their_facts(rendered) -> None:
+    """Every field of the all-on Config is a row of flags.md and every row a field; its
+    default, group and help are the field's, word for word."""
+    fields = {flag_of(f): f for f in dataclasses.fields(config_module(rendered(DEFAULT)).Config)}
+    rows = flags_page()
+    assert set(rows) == set(fields), "flags.md's rows and the all-on Config's fields differ"
+    wrong = []
+    for flag, field in fields.items():
+        row = rows[flag]
+        page = {"default": row["default"], "group": row["group"], "help": row["help"]}
+        page["help"] = page["help"].replace("`", "")
+        if page != field_row(field):
+            wrong.append(f"{flag}: the page has {page},\n    the field {field_row(field)}")
+    assert not wrong, "flags.md differs from Config:\n" + "\n".join(wrong)
+
+
+@pytest.mark.parametrize("combo", COVERING, ids=lambda combo: combo.id)
+def test_flags_page_says_which_answers_bring_each_flag(rendered, combo: Combo) -> None:
+    """A combination has exactly the flags whose "present with" answers it has ("always", or
+    answers joined by " + "), each with the page's default and group."""
+    rows = flags_page()
+    fields = {flag_of(f): f for f in dataclasses.fields(config_module(rendered(combo)).Config)}
+    brought = {
+        flag
+        for flag, row in rows.items()
+        if row["present with"] == "always"
+        or all(combo.toggles[answer] for answer in row["present with"].split(" + "))
+    }
+    assert set(fields) == brought, "flags.md's present-with column is wrong for these"
+    for flag, field in fields.items():
+        facts = {key: field_row(field)[key] for key in ("default", "group")}
+        assert {key: rows[flag][key] for key in facts} == facts, flag
+
+
+def test_a_training_setting_that_an_answer_adds_says_its_value_without_it(rendered) -> None:
+    """A checkpoint crosses a change of answers (docs/features/checkpointing.md) only where a
+    training setting that the answer adds says, in answer_off, what a project without the
+    answer trains like; a running setting may differ anyway."""
+    rows = flags_page()
+    everywhere = {flag_of(f) for f in dataclasses.fields(config_module(rendered(NONE)).Config)}
+    for field in dataclasses.fields(config_module(rendered(DEFAULT)).Config):
+        flag = flag_of(field)
+        if flag in everywhere or field.metadata["group"] == "running":
+            continue
+        assert "answer_off" in field.metadata, f"{flag}: give it option(..., answer_off=...)"
+        answer, _ = field.metadata["answer_off"]
+        assert answer in rows[flag]["present with"].split(" + "), flag
 
 
 def test_questions_page_lists_every_question() -> None:

@@ -1,7 +1,8 @@
 """The loss: training and validation both compute it here, so a new loss is one change.
 
 It returns the batch's sum, not its mean: the caller divides by the samples it averages
-over, which lets gradient accumulation and validation weigh every sample alike.
+over (an optimizer step's, an epoch's, the validation set's), so that every sample weighs
+alike, a short last batch included.
 """
 
 from __future__ import annotations
