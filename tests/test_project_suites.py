@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 import pytest
-from combos import COVERING, DEVICE, Combo, describe, run
+from combos import ALL_OFF, ALL_ON, ALONE, COVERING, DEVICE, Combo, describe, run
 
 pytestmark = pytest.mark.suite
 
@@ -18,8 +18,7 @@ def runs_slow_tests(combo: Combo) -> bool:
     disks, resumes in new processes) repeat the all-on project's nearly step for step, and
     running them in all 16 suites would double CI's time.
     """
-    enabled = sum(combo.toggles.values())
-    return enabled <= 2 or enabled == len(combo.toggles)
+    return combo in [ALL_ON, ALL_OFF, *ALONE.values()]
 
 
 @pytest.mark.parametrize("combo", COVERING, ids=lambda combo: combo.id)
