@@ -111,6 +111,7 @@ def bench(session: nox.Session) -> None:
     session.run(PYTHON, "-m", "pip", "install", "--quiet", "lightning")
     session.run(PYTHON, "benchmarks/loop_overhead.py", *session.posargs)
     session.run(PYTHON, "benchmarks/suite_cost.py")
+    session.run(PYTHON, "benchmarks/control_lines.py")
 
 
 @nox.session

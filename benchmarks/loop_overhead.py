@@ -2,9 +2,10 @@
 
     python benchmarks/loop_overhead.py            # about 2 minutes on 2 CPU cores
     python benchmarks/loop_overhead.py --quick    # fewer rounds, for a smoke test
+    python benchmarks/loop_overhead.py --features # the per-step cost each toggle adds
 
 Renders two projects from this template (every toggle off; every toggle on, run with
-``--precision fp32 --accum-steps 1``) and, for each, times in one process three loops that
+``--precision fp32``) and, for each, times in one process three loops that
 train the same model on the same batches with the same batch size and number of steps:
 
 - ``rendered``: the project's own code. ``train.setup(config, device)`` builds the Run (ddp
@@ -37,7 +38,21 @@ small shared machine; the ratios are what matters, not the absolute times.
 
 The last line is ``ratio_vs_raw=<x> ratio_vs_lightning=<y>`` for the tiny model of the
 all-off project; the line before it gives the same for the all-on project. Targets: the
-first at most 1.03, the second well below 1.
+first at most 1.03, the second well below 1. Lightning is optional: without the package
+its column is left out.
+
+``--features`` answers where the all-on loop's cost comes from. It renders the all-off
+project, each toggle alone (sync_bn with ddp) and the all-on project, and times the tiny
+model's ``rendered`` and ``raw`` loops in each, as above. Each project runs ``--repeats``
+times (default 3), the projects interleaved (off, amp, ..., on, off, amp, ...), so that a
+busy spell on a shared machine spreads over all of them. It prints per project the median
+ratio rendered / raw, the spread of that ratio over the repeats (min-max of the per-repeat
+medians: the noise), and the per-step cost the toggle adds over the all-off loop, in
+microseconds and in points of the ratio. The costs of the toggles alone need not add up to
+the all-on cost: toggles meet (ddp's no_sync exists only with grad_accum). ``--against
+OTHER`` times the projects of another checkout of the template in the same repeats, right
+after this one's, and prints its table too: a before and after under the same load.
+``--rounds N`` shortens each run (the tiny model's default is 60 rounds).
 """
 
 from __future__ import annotations
@@ -64,28 +79,46 @@ sys.path.insert(0, str(TEMPLATE / "tests"))
 
 from combos import BY_ID, DEFAULT, PACKAGE, render  # noqa: E402
 
+# The all-on project runs at fp32 (with no --micro-batch: no accumulation), so that it does
+# the raw loop's work.
+ALL_ON_EXTRA = ["--precision", "fp32"]
 PROJECTS = {
     "all-off": (BY_ID["none"].answers, []),
-    "all-on": (DEFAULT.answers, ["--precision", "fp32", "--accum-steps", "1"]),
+    "all-on": (DEFAULT.answers, ALL_ON_EXTRA),
 }
 # name: (width, batch size, steps per round, rounds after the warm-up round)
 SIZES = {"tiny": (4, 8, 20, 60), "compute": (16, 64, 6, 12)}
 LOOPS = ["rendered", "raw", "lightning", "raw-min"]
+# --features: the all-off project, each toggle alone, and the all-on project.
+FEATURES = ["none", "amp", "ddp", "ddp-syncbn", "accum", "ckpt", "det", "prof", DEFAULT.id]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="a few rounds only (smoke test)")
     parser.add_argument("--device", default="cpu", help="torch device to time on (default cpu)")
+    parser.add_argument("--features", action="store_true", help="the per-step cost per toggle")
+    parser.add_argument("--repeats", type=int, default=3, help="--features: runs per project")
+    parser.add_argument("--rounds", type=int, help="rounds per run (default: per size)")
+    parser.add_argument("--against", help="--features: another template checkout, timed alike")
+    parser.add_argument(
+        "--projects", default=",".join(FEATURES), help="--features: these combination ids only"
+    )
     parser.add_argument(
         "--template", default=str(TEMPLATE), help="template to render (default: this checkout)"
     )
     parser.add_argument("--child", metavar="PROJECT", help=argparse.SUPPRESS)
     parser.add_argument("--extra", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--sizes", default=",".join(SIZES), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        results = measure(Path(args.child), args.extra.split(), args.device, args.quick)
+        sizes = args.sizes.split(",")
+        rounds = 3 if args.quick else args.rounds
+        results = measure(Path(args.child), args.extra.split(), args.device, rounds, sizes)
         print(json.dumps(results))
+        return
+    if args.features:
+        features(args)
         return
 
     env = os.environ | {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -103,27 +136,89 @@ def main() -> None:
     report(results)
 
 
+def features(args: argparse.Namespace) -> None:
+    """Time the tiny model's rendered and raw loops in the all-off project, each toggle alone
+    and the all-on project, interleaved over repeats; print the cost each toggle adds.
+
+    With ``--against`` (another checkout of the template), both templates' projects run in
+    the same repeats, one after the other, and both tables are printed: a before and after
+    measured under the same load.
+    """
+    env = os.environ | {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    templates = {"this": args.template} | ({"against": args.against} if args.against else {})
+    names = args.projects.split(",")
+    if "none" not in names:
+        names.insert(0, "none")  # every cost is measured against the all-off loop
+    runs = {label: {name: [] for name in names} for label in templates}
+    with tempfile.TemporaryDirectory(prefix="loop-features-") as tmp:
+        projects = {
+            (label, name): render(BY_ID[name].answers, Path(tmp) / label / name, template=path)
+            for label, path in templates.items()
+            for name in names
+        }
+        for repeat in range(args.repeats):
+            for (label, name), dest in projects.items():
+                combo = BY_ID[name]
+                extra = ["--precision", "fp32"] if combo.amp else []
+                extra += ["--accum-steps", "1"] if combo.grad_accum else []
+                command = [sys.executable, __file__, "--child", str(dest), "--sizes", "tiny"]
+                command += ["--extra", " ".join(extra), "--device", args.device]
+                command += ["--rounds", str(args.rounds)] if args.rounds else []
+                command += ["--quick"] if args.quick else []
+                out = subprocess.run(command, env=env, check=True, capture_output=True, text=True)
+                runs[label][name].append(json.loads(out.stdout.splitlines()[-1])["tiny"])
+                print(f"repeat {repeat + 1}/{args.repeats}: {label} {name}", file=sys.stderr)
+    for label, path in templates.items():
+        print(f"\n{label}: {path}")
+        report_features(runs[label])
+
+
+def report_features(runs: dict[str, list[dict]]) -> None:
+    def pooled(name: str, key: str, loop: str) -> list[float]:
+        return [value for run in runs[name] for value in run[key][loop]]
+
+    off_ratio = statistics.median(pooled("none", "ratios", "raw"))
+    raw_step = statistics.median(pooled("none", "times", "raw"))
+    print("tiny model, torch on 1 thread; rendered and raw loops alternate within each process")
+    print(f"raw loop: {raw_step * 1e6:.0f} us per step (median, all-off project's process)")
+    header = f"{'project':<10} {'ratio':>6} {'spread':>13} {'added/step':>11} {'points':>7}"
+    print(header)
+    for name in runs:
+        per_repeat = [statistics.median(run["ratios"]["raw"]) for run in runs[name]]
+        spread = f"{min(per_repeat):.3f}-{max(per_repeat):.3f}"
+        value = statistics.median(pooled(name, "ratios", "raw"))
+        # The cost over the all-off loop, per step: the ratio's excess times the raw step.
+        added = (value - off_ratio) * statistics.median(pooled(name, "times", "raw"))
+        label = "all-off" if name == "none" else ("all-on" if name == DEFAULT.id else name)
+        points = "" if name == "none" else f"{(value - off_ratio) * 100:+7.1f}"
+        cost = "" if name == "none" else f"{added * 1e6:+8.1f} us"
+        print(f"{label:<10} {value:6.3f} {spread:>13} {cost:>11} {points:>7}")
+    print("ratio: median of rendered / raw within a round, over all rounds of all repeats;")
+    print("spread: the lowest and highest of the repeats' medians; points: 100 x (ratio - all-off)")
+
+
 def report(results: dict) -> None:
-    print(f"median time per step (ms); torch on 1 thread; rounds alternate {' '.join(LOOPS)}")
-    print(f"{'project':<8} {'size':<8} " + " ".join(f"{loop:>10}" for loop in LOOPS))
+    loops = [loop for loop in LOOPS if loop in next(iter(results.values()))["tiny"]["median"]]
+    print(f"median time per step (ms); torch on 1 thread; rounds alternate {' '.join(loops)}")
+    print(f"{'project':<8} {'size':<8} " + " ".join(f"{loop:>10}" for loop in loops))
     for project, sizes in results.items():
         for size, result in sizes.items():
-            cells = " ".join(f"{result['median'][loop] * 1e3:10.3f}" for loop in LOOPS)
+            cells = " ".join(f"{result['median'][loop] * 1e3:10.3f}" for loop in loops)
             print(f"{project:<8} {size:<8} {cells}")
     print("rendered / other: median over rounds of the ratio within a round [quartiles]")
     for project, sizes in results.items():
         for size, result in sizes.items():
             cells = []
-            for loop in LOOPS[1:]:
+            for loop in loops[1:]:
                 low, _, high = statistics.quantiles(result["ratios"][loop], n=4)
                 cells.append(f"vs {loop} {ratio(result, loop):.3f} [{low:.3f}-{high:.3f}]")
             print(f"{project:<8} {size:<8} " + "  ".join(cells))
     for project in ["all-on", "all-off"]:  # the all-off line last: it is the one tools read
         result = results[project]["tiny"]
         prefix = "all_on_" if project == "all-on" else ""
+        versus = f"{prefix}ratio_vs_lightning={ratio(result, 'lightning'):.3f}"
         print(
-            f"{prefix}ratio_vs_raw={ratio(result, 'raw'):.3f} "
-            f"{prefix}ratio_vs_lightning={ratio(result, 'lightning'):.3f}"
+            f"{prefix}ratio_vs_raw={ratio(result, 'raw'):.3f} " + (versus * ("lightning" in loops))
         )
 
 
@@ -132,14 +227,19 @@ def ratio(result: dict, loop: str) -> float:
 
 
 # ---------------------------------------------------------------- one project, one process
-def measure(project: Path, extra: list[str], device_name: str, quick: bool) -> dict:
+def measure(
+    project: Path, extra: list[str], device_name: str, rounds: int | None, sizes: list
+) -> dict:
     import torch
 
     torch.set_num_threads(1)
     sys.path.insert(0, str(project / "src"))
     train = __import__(f"{PACKAGE}.train", fromlist=["train"])
     config_module = __import__(f"{PACKAGE}.config", fromlist=["config"])
-    device = __import__(f"{PACKAGE}.device", fromlist=["device"])
+    try:
+        device = __import__(f"{PACKAGE}.device", fromlist=["device"])
+    except ImportError:  # a project rendered before issue 25 named it runtime.py
+        device = __import__(f"{PACKAGE}.runtime", fromlist=["runtime"])
     if hasattr(device, "make_deterministic"):
         device.make_deterministic()  # as the all-on project's main() does, for every loop here
     logging.getLogger("lightning").setLevel(logging.ERROR)
@@ -148,27 +248,29 @@ def measure(project: Path, extra: list[str], device_name: str, quick: bool) -> d
 
     device = torch.device(device_name)
     results = {}
-    for size, (width, batch_size, steps, rounds) in SIZES.items():
-        rounds = 3 if quick else rounds
+    for size in sizes:
+        width, batch_size, steps, default_rounds = SIZES[size]
+        size_rounds = rounds or default_rounds
         with tempfile.TemporaryDirectory() as out_dir:
             argv = [
                 *["--width", str(width), "--batch-size", str(batch_size)],
-                *["--train-size", str(steps * batch_size), "--epochs", str(rounds + 1)],
+                *["--train-size", str(steps * batch_size), "--epochs", str(size_rounds + 1)],
                 *["--num-workers", "0", "--device", device_name, "--out-dir", out_dir],
                 *extra,
             ]
             config = config_module.parse_args(argv)
-            loops = make_loops(train, config, device, steps, rounds + 1)
+            loops = make_loops(train, config, device, steps, size_rounds + 1)
             times = {name: [] for name in loops}
             gc.collect()
             gc.freeze()  # so that the collections between loops need not scan torch's objects
-            for _ in range(rounds + 1):
+            for _ in range(size_rounds + 1):
                 for name, loop in loops.items():
                     gc.collect()  # not in the next loop's timing: Lightning leaves garbage
                     times[name].append(loop() / steps)
             times = {name: t[1:] for name, t in times.items()}  # the first round warms up
             results[size] = {
                 "median": {name: statistics.median(t) for name, t in times.items()},
+                "times": times,
                 # Ratios of the same round: neighbours in time share the machine's drift.
                 "ratios": {
                     name: [a / b for a, b in zip(times["rendered"], t, strict=True)]
@@ -179,13 +281,14 @@ def measure(project: Path, extra: list[str], device_name: str, quick: bool) -> d
 
 
 class Batches:
-    """Pre-made batches, with the ``sampler`` of the loader they came from (``train_epoch``
-    reads its length). Not a list: Lightning would take a list for a collection of loaders.
+    """Pre-made batches, with the ``batch_sampler`` of the loader they came from
+    (``train_epoch`` reads its batch plan). Not a list: Lightning would take a list for a
+    collection of loaders.
     """
 
-    def __init__(self, batches: list, sampler) -> None:
+    def __init__(self, batches: list, batch_sampler) -> None:
         self.batches = batches
-        self.sampler = sampler
+        self.batch_sampler = batch_sampler
 
     def __iter__(self):
         return iter(self.batches)
@@ -195,10 +298,15 @@ class Batches:
 
 
 def make_loops(train, config, device, steps: int, rounds: int) -> dict:
-    """Four closures, each training one pass over the same batches and returning its seconds."""
-    import lightning
+    """Four closures (three without Lightning), each training one pass over the same batches
+    and returning its seconds."""
     import torch
     import torch.nn.functional as F
+
+    try:
+        import lightning
+    except ImportError:
+        lightning = None
 
     def sync() -> None:
         if device.type == "cuda":
@@ -212,7 +320,8 @@ def make_loops(train, config, device, steps: int, rounds: int) -> dict:
     if "env" in inspect.signature(train.setup).parameters:
         setup_args.append(train.Dist())  # single process: no process group, no DDP wrapper
     run, train_loader, _ = train.setup(*setup_args)
-    batches = Batches([(x.to(device), y.to(device)) for x, y in train_loader], train_loader.sampler)
+    made = [(x.to(device), y.to(device)) for x, y in train_loader]
+    batches = Batches(made, train_loader.batch_sampler)
     assert len(batches) == steps
     initial = copy.deepcopy(run.model.state_dict())
 
@@ -266,6 +375,14 @@ def make_loops(train, config, device, steps: int, rounds: int) -> dict:
 
         return loop
 
+    loops = {
+        "rendered": rendered,
+        "raw": bare(clip_and_schedule=True),
+        "raw-min": bare(clip_and_schedule=False),
+    }
+    if lightning is None:
+        return loops
+
     class Module(lightning.LightningModule):
         def __init__(self) -> None:
             super().__init__()
@@ -312,12 +429,7 @@ def make_loops(train, config, device, steps: int, rounds: int) -> dict:
         trainer.fit(module, train_dataloaders=batches)
         return clock.seconds
 
-    return {
-        "rendered": rendered,
-        "raw": bare(clip_and_schedule=True),
-        "lightning": lightning_loop,
-        "raw-min": bare(clip_and_schedule=False),
-    }
+    return {**loops, "lightning": lightning_loop}
 
 
 if __name__ == "__main__":

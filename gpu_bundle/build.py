@@ -12,31 +12,40 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-from combos import COVERING, DEFAULT, PACKAGE, SHARDED, SHORT_RUN, render  # noqa: E402
+from combos import ALL_OFF, COVERING, DEFAULT, MOST, PACKAGE, SHORT_RUN, Combo, render  # noqa: E402
 
 # What run.py --quick covers: all toggles on, all on sharded (FSDP2 on nccl), and all off.
-QUICK = [DEFAULT.id, SHARDED.id, "none"]
+QUICK = [DEFAULT.id, MOST["sharding"].id, ALL_OFF.id]
 MAX_BYTES = 32 * 2**20
 
 
-def build(dest: Path) -> Path:
-    """Render every covering combination into dest/projects/<id>, beside run.py; return dest."""
+def build(dest: Path, rendered: Callable[[Combo], Path] | None = None) -> Path:
+    """Render every covering combination into dest/projects/<id>, beside run.py; return dest.
+
+    ``rendered`` (combo -> a render of it, the tests' shared one) is copied instead of
+    rendering again."""
     if dest.exists():
         shutil.rmtree(dest)
     (dest / "projects").mkdir(parents=True)
     for combo in COVERING:
-        render(combo.answers, dest / "projects" / combo.id)
+        if rendered is None:
+            render(combo.answers, dest / "projects" / combo.id)
+        else:
+            shutil.copytree(rendered(combo), dest / "projects" / combo.id)
     manifest = {
         "package": PACKAGE,
         "short_run": SHORT_RUN,
         "default": DEFAULT.id,
         "quick": QUICK,
-        "combos": [{"id": combo.id, **combo.toggles} for combo in COVERING],
+        "combos": [
+            {"id": combo.id, **combo.toggles, "run_flags": combo.run_flags()} for combo in COVERING
+        ],
     }
     (dest / "combos.json").write_text(json.dumps(manifest, indent=2) + "\n")
     for name in ["run.py", "measure.py"]:

@@ -10,8 +10,8 @@ host sync in the step, SyncBatchNorm, bf16 and fp16 with GradScaler and fused Ad
 deterministic runs, --compile, the profiler, mid-epoch resume); each is reported on its own
 line, as skip on the CPU. On CUDA the suites leave out the tests marked slow (they start
 training processes on the CPU, which CI covers) unless --slow. --quick trains only the
-all-on, all-on sharded and all-off projects and runs only the all-on project's tests,
-without the slow ones.
+all-on, all-on sharded and all-off projects and runs only the all-on project's CUDA checks
+(tests/test_gpu.py).
 
 Writes DIR/results.json (a list of {name, status, seconds, detail}, status pass, fail or
 skip) and DIR/results.md (the same as a table). Exits 1 if anything failed.
@@ -108,11 +108,8 @@ def train(combo: dict, device: str, nproc: int, out: Path, manifest: dict) -> di
     report = out / "reports" / combo["id"]
     report.parent.mkdir(parents=True, exist_ok=True)
     short = CUDA_RUN if device == "cuda" else [*manifest["short_run"], "--log-every", "4"]
-    flags = [*short, "--device", device, "--out-dir", str(run_dir)]
-    if combo["grad_accum"]:
-        flags += ["--accum-steps", "2"]
-    if combo["profiling"]:
-        flags += ["--profile"]
+    # What exercises each feature that is on (tests/combos.py's TABLE, written by build.py).
+    flags = [*short, *combo["run_flags"], "--device", device, "--out-dir", str(run_dir)]
     measure = [str(HERE / "measure.py"), str(report), manifest["package"]]
     if combo["ddp"]:
         launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
@@ -136,14 +133,15 @@ def train(combo: dict, device: str, nproc: int, out: Path, manifest: dict) -> di
     return result(name, "pass", seconds, detail)
 
 
-def suite(combo: dict, device: str, slow: bool, out: Path) -> tuple[dict, Path]:
-    """Run one project's own tests (GPU tests included); returns its result and JUnit file."""
+def suite(combo: dict, device: str, slow: bool, out: Path, only: list[str]) -> tuple[dict, Path]:
+    """Run one project's own tests (GPU tests included), or ``only`` those test files;
+    returns its result and JUnit file."""
     project = HERE / "projects" / combo["id"]
     junit = out / "junit" / f"{combo['id']}.xml"
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     command += [f"--junitxml={junit}", f"--basetemp={out / 'pytest' / combo['id']}"]
     # The project's pyproject leaves the slow tests out by default; -m "" brings them back.
-    command += ["-m", "not slow" if not slow else ""]
+    command += ["-m", "not slow" if not slow else "", *only]
     log = out / "logs" / f"{combo['id']}.tests.log"
     code, output, seconds = execute(command, project, environment(device), 1200, log)
     status = "pass" if code == 0 else "fail"
@@ -222,12 +220,13 @@ def main(argv: list[str] | None = None) -> int:
     for combo in combos:
         record(train(combo, device, nproc, out, manifest))
     # The suites in parallel: their training processes run on the CPU, their GPU tests are short.
-    # --quick: the all-on project's suite alone, which holds the CUDA checks. The tests marked
+    # --quick: the all-on project's CUDA checks alone (tests/test_gpu.py). The tests marked
     # slow train in processes pinned to the CPU, which CI covers: on CUDA only with --slow.
     slow = args.slow or (device == "cpu" and not args.quick)
     tested = [c for c in combos if not args.quick or c["id"] == manifest["default"]]
+    only = ["tests/test_gpu.py"] if args.quick else []
     with ThreadPoolExecutor(jobs) as pool:
-        suites = list(pool.map(lambda combo: suite(combo, device, slow, out), tested))
+        suites = list(pool.map(lambda combo: suite(combo, device, slow, out, only), tested))
     junits = {}
     for combo, (entry, junit) in zip(tested, suites, strict=True):
         record(entry)

@@ -1,8 +1,13 @@
-"""The toggle combinations of the template, their ids, and a helper that renders one.
+"""The template's answers that switch features on and off (TABLE), their combinations, their
+ids, and a helper that renders one.
 
-Every test module imports from here, so the matrix is defined once. A combination's id lists
-its enabled toggles in a fixed order ("amp-ddp-syncbn-accum-ckpt-det-prof"), or is "none".
-The sharding answer (replicate or shard, asked with ddp) is the toggle "shard" here.
+TABLE is the one place that says what each such answer is: its short name in combination ids,
+the words a project without it may not hold, the flags it adds, how a run switches it on and
+off, and which answer it needs. The tests, the noxfile, the benchmarks, the GPU bundle and the
+docs' checks all derive their lists from it, and the files each answer owns are found from
+the template's own file names; so adding an answer outside template/ and its docs page is one
+entry here. A combination's id lists its answers that are on, in TABLE's order
+("amp-ddp-syncbn-accum-ckpt-det-prof"), or is "none".
 """
 
 from __future__ import annotations
@@ -13,12 +18,16 @@ import logging
 import os
 import re
 import subprocess
+import sys
 import warnings
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import copier
 import jinja2
+import yaml
 from copier.errors import DirtyLocalWarning
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -28,95 +37,262 @@ PACKAGE = "image_classifier"  # package_name's default: every render here keeps 
 DEVICE = os.environ.get("TEMPLATE_TEST_DEVICE", "cpu")
 
 
-# Toggle name in copier.yml -> short name in combination ids. Order is the id order.
-SHORT = {
-    "amp": "amp",
-    "ddp": "ddp",
-    "shard": "shard",
-    "sync_bn": "syncbn",
-    "grad_accum": "accum",
-    "checkpointing": "ckpt",
-    "deterministic": "det",
-    "profiling": "prof",
-}
-TOGGLES = list(SHORT)
-INDEPENDENT = ["amp", "grad_accum", "checkpointing", "deterministic", "profiling"]
-# sharding and sync_bn are asked only when ddp is on, and sync_bn only when sharding is
-# replicate: (ddp, sync_bn, shard) has four states rather than eight.
-DDP_STATES = [(False, False, False), (True, False, False), (True, True, False), (True, False, True)]
+@dataclass(frozen=True)
+class Toggle:
+    """One answer of copier.yml that switches a feature on or off."""
+
+    name: str  # the question in copier.yml
+    short: str  # its part of a combination's id, when on
+    # Words that no file of a project without it may hold (any case): "off leaves no trace".
+    traces: tuple[str, ...]
+    # The options `train --help` lists exactly when it is on.
+    flags: tuple[str, ...] = ()
+    # What a short run adds to exercise it (end-to-end tests, GPU bundle); ddp's is torchrun.
+    run_on: tuple[str, ...] = ()
+    # What switches it off at run time; empty: it is off unless run_on asks for it.
+    run_off: tuple[str, ...] = ()
+    # On a CPU, switched on at run time, it changes no number of a run (bit for bit).
+    neutral: bool = False
+    # The optimizer steps per process a run needs to show it; a short run has about 2.
+    min_steps: int = 0
+    # Asked only when that answer is on, and never with these on (its `when:` in copier.yml).
+    needs: str | None = None
+    conflicts: tuple[str, ...] = ()
+    # The answer's values: off, then on. A choice of two ("replicate", "shard") fits too.
+    values: tuple[Any, Any] = (False, True)
+
+
+TABLE = [
+    Toggle(
+        "amp",
+        "amp",
+        traces=("autocast", "GradScaler", "scaler", "precision"),
+        flags=("--precision",),
+        run_off=("--precision", "fp32"),
+    ),
+    Toggle(
+        "ddp",
+        "ddp",
+        traces=("torch.distributed", "DistributedDataParallel", "no_sync", "world_size")
+        # The words a single-process project has no use for ("process" alone is no trace:
+        # DataLoader workers are processes too).
+        + ("torchrun", "rank", "each process", "every process", "per process", "other process")
+        + ("another process", "all processes", "across processes", "over processes"),
+        flags=("--dist-timeout",),
+        neutral=True,
+    ),
+    Toggle(
+        "sync_bn",
+        "syncbn",
+        traces=("SyncBatchNorm", "sync_bn"),
+        flags=("--sync-bn", "--no-sync-bn"),
+        run_on=("--sync-bn",),
+        run_off=("--no-sync-bn",),
+        neutral=True,
+        needs="ddp",
+        # SyncBatchNorm runs on CUDA alone: the CPU tests could not prove it under fully_shard.
+        conflicts=("sharding",),
+    ),
+    Toggle(
+        "sharding",
+        "shard",
+        # "shard" alone is no trace: the samplers shard the data.
+        traces=("fully_shard", "FSDP", "DTensor", "MixedPrecisionPolicy", "reduce-scatter")
+        + ("torch.distributed.checkpoint", "set_requires_gradient_sync", "unsharded"),
+        needs="ddp",
+        values=("replicate", "shard"),
+    ),
+    Toggle(
+        "grad_accum",
+        "accum",
+        traces=("accum_steps", "accum-steps", "micro-batch", "micro_batch", "window_samples"),
+        flags=("--micro-batch",),
+        # Steps of 32 (SHORT_RUN) in micro-batches of 8: 4 on one process, 2 on each of two.
+        run_on=("--micro-batch", "8"),
+        run_off=("--micro-batch", "0"),
+    ),
+    Toggle(
+        "checkpointing",
+        "ckpt",
+        # The bare word "checkpoint" is no trace: model.py always uses
+        # torch.utils.checkpoint (activations).
+        traces=("resume", "save_run", "CheckpointError", "SIGTERM", "safetensors")
+        + ("save_every", "keep_last"),
+        flags=("--resume", "--save-every", "--keep-last"),
+    ),
+    Toggle(
+        "deterministic",
+        "det",
+        traces=("use_deterministic_algorithms", "CUBLAS"),
+        flags=("--deterministic",),
+        run_on=("--deterministic", "on"),
+        run_off=("--deterministic", "off"),
+        neutral=True,
+    ),
+    Toggle(
+        "profiling",
+        "prof",
+        traces=("torch.profiler", "--profile"),
+        flags=("--profile", "--no-profile"),
+        run_on=("--profile",),
+        min_steps=5,  # the profiler's schedule: wait, warmup, active steps
+        neutral=True,
+    ),
+]
+BY_NAME = {toggle.name: toggle for toggle in TABLE}
+assert len({t.short for t in TABLE}) == len(TABLE), "two answers share a short name"
+assert all(t.needs in BY_NAME for t in TABLE if t.needs), "an answer needs an unknown one"
+assert all(set(t.conflicts) <= BY_NAME.keys() for t in TABLE), "a conflict with an unknown one"
 
 
 @dataclass(frozen=True)
 class Combo:
-    """One combination of toggles."""
+    """One combination of TABLE's answers: ``combo.amp`` says whether amp is on."""
 
-    amp: bool
-    ddp: bool
-    shard: bool
-    sync_bn: bool
-    grad_accum: bool
-    checkpointing: bool
-    deterministic: bool
-    profiling: bool
+    on: frozenset[str] = field(default_factory=frozenset)
+
+    def __post_init__(self) -> None:
+        unknown = set(self.on) - BY_NAME.keys()
+        assert not unknown, f"not in TABLE: {sorted(unknown)}"
+        for name in self.on:
+            assert asked(BY_NAME[name], self.on), f"copier does not ask {name} with {self.on}"
+
+    def __getattr__(self, name: str) -> bool:
+        if name in BY_NAME:
+            return name in self.on
+        raise AttributeError(name)
 
     @property
     def id(self) -> str:
-        return "-".join(short for name, short in SHORT.items() if getattr(self, name)) or "none"
+        return "-".join(t.short for t in TABLE if t.name in self.on) or "none"
 
     @property
     def toggles(self) -> dict[str, bool]:
-        return {name: getattr(self, name) for name in SHORT}
+        """Every answer of TABLE: on or off."""
+        return {t.name: t.name in self.on for t in TABLE}
 
     @property
-    def answers(self) -> dict[str, bool | str]:
-        """The copier data for this combination; sharding and sync_bn only where copier asks."""
-        answers: dict[str, bool | str] = dict(self.toggles)
-        del answers["shard"]
-        if self.ddp:
-            answers["sharding"] = "shard" if self.shard else "replicate"
-        if not self.ddp or self.shard:
-            del answers["sync_bn"]
-        return answers
+    def answers(self) -> dict[str, Any]:
+        """The copier data for this combination: only the questions copier asks."""
+        return {t.name: t.values[t.name in self.on] for t in TABLE if asked(t, self.on)}
+
+    def with_(self, *names: str) -> Combo:
+        """This combination with more answers on (and the answers they need), and the
+        answers they conflict with off."""
+        on = _needed(names)
+        conflicting = {c for n in on for c in BY_NAME[n].conflicts}
+        conflicting |= {t.name for t in TABLE if on & set(t.conflicts)}
+        return Combo(_switched_off(self.on, conflicting) | on)
+
+    def without(self, *names: str) -> Combo:
+        """This combination with answers off (and the answers that need them)."""
+        return Combo(_switched_off(self.on, names))
+
+    def run_flags(self) -> list[str]:
+        """A short run's flags that exercise every answer that is on."""
+        return [flag for t in TABLE if t.name in self.on for flag in t.run_on]
 
     @property
-    def context(self) -> dict[str, bool | str]:
-        """The toggles as the template's Jinja sees them."""
-        return {**self.toggles, "sharding": "shard" if self.shard else "replicate"}
+    def min_steps(self) -> int:
+        """The optimizer steps per process a run needs to show every answer that is on."""
+        return max([t.min_steps for t in TABLE if t.name in self.on], default=0)
+
+    def run_off(self) -> list[str]:
+        """The flags that switch off at run time every answer that is on and can be."""
+        return [flag for t in TABLE if t.name in self.on for flag in t.run_off]
 
 
-def _combo(ddp_state: tuple[bool, bool, bool], **independent: bool) -> Combo:
-    return Combo(ddp=ddp_state[0], sync_bn=ddp_state[1], shard=ddp_state[2], **independent)
+def asked(toggle: Toggle, on: Iterable[str]) -> bool:
+    """Whether copier asks ``toggle`` when the answers ``on`` are on (and the rest off)."""
+    on = set(on)
+    return (toggle.needs is None or toggle.needs in on) and not on & set(toggle.conflicts)
 
 
-ALL = [
-    _combo(ddp_state, **dict(zip(INDEPENDENT, values, strict=True)))
-    for ddp_state in DDP_STATES
-    for values in itertools.product([False, True], repeat=len(INDEPENDENT))
-]
+def _needed(names: Iterable[str]) -> frozenset[str]:
+    """names, and the answers they need, and theirs."""
+    found = set(names)
+    while more := {BY_NAME[n].needs for n in found if BY_NAME[n].needs} - found:
+        found |= more
+    return frozenset(found)
+
+
+def _switched_off(on: frozenset[str], names: Iterable[str]) -> frozenset[str]:
+    """on without names and the answers that need them, and theirs."""
+    off = set(names)
+    while more := {t.name for t in TABLE if t.needs in off} - off:
+        off |= more
+    return on - off
+
+
+def _all() -> list[Combo]:
+    """Every combination copier can render, in a fixed order."""
+    combos = []
+    for values in itertools.product([False, True], repeat=len(TABLE)):
+        on = {t.name for t, value in zip(TABLE, values, strict=True) if value}
+        if _valid(on):
+            combos.append(Combo(frozenset(on)))
+    return combos
+
+
+def _valid(on: Iterable[str]) -> bool:
+    """Whether copier asks every answer that is on."""
+    on = set(on)
+    return all(asked(BY_NAME[name], on) for name in on)
+
+
+def _all_on() -> Combo:
+    """Every answer on, in TABLE's order, but those that conflict with one already on."""
+    on: set[str] = set()
+    for toggle in TABLE:
+        if _valid(on | {toggle.name}):
+            on.add(toggle.name)
+    return Combo(frozenset(on))
+
+
+ALL = _all()
 BY_ID = {combo.id: combo for combo in ALL}
-assert len(ALL) == len(BY_ID) == 128
+assert len(ALL) == len(BY_ID), "two combinations share an id"
+ALL_OFF = BY_ID["none"]
+ALL_ON = _all_on()
 
 
-def _covering() -> list[Combo]:
-    """All on, all off, each toggle alone and each toggle left out (sync_bn and shard imply
-    ddp; all on replicates, and all on sharded is one more)."""
-    on = dict({name: True for name in SHORT}, shard=False)
-    off = {name: False for name in SHORT}
-    wanted = [on, off, dict(on, sync_bn=False, shard=True)]
-    for name in SHORT:
-        alone = dict(off, **{name: True})
-        if name in ("sync_bn", "shard"):
-            alone["ddp"] = True
-        left_out = dict(on, **{name: False})
-        if name == "ddp":
-            left_out["sync_bn"] = False
-        wanted += [alone, left_out]
-    return list({Combo(**toggles).id: Combo(**toggles) for toggles in wanted}.values())
+def questions() -> dict[str, dict]:
+    """copier.yml's questions (and settings), by name."""
+    return yaml.safe_load((REPO_ROOT / "copier.yml").read_text().split("---\n", 2)[-1])
 
 
-COVERING = _covering()
-DEFAULT = BY_ID["amp-ddp-syncbn-accum-ckpt-det-prof"]  # every question at its default
-SHARDED = BY_ID["amp-ddp-shard-accum-ckpt-det-prof"]  # all on, sharding shard
+def defaults() -> dict[str, Any]:
+    """TABLE's answers at their defaults, as copier.yml gives them: a default may be a Jinja
+    expression of the answers before it (sync_bn's is off with sharding)."""
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    found: dict[str, Any] = {}
+    for name, question in questions().items():
+        if name in BY_NAME:
+            value = question["default"]
+            if isinstance(value, str) and "{{" in value:
+                value = yaml.safe_load(env.from_string(value).render(found))
+            found[name] = value
+    return found
+
+
+def _default() -> Combo:
+    """Every question at its default."""
+    found = defaults()
+    return Combo(frozenset(t.name for t in TABLE if found[t.name] == t.values[1]))
+
+
+DEFAULT = _default()
+# Each answer alone (with what it needs), each left out (with what needs it), and each with
+# every other answer that can be on with it (all on, but for an answer that conflicts).
+ALONE = {t.name: ALL_OFF.with_(t.name) for t in TABLE}
+LEFT_OUT = {t.name: ALL_ON.without(t.name) for t in TABLE}
+MOST = {t.name: ALL_ON.with_(t.name) for t in TABLE}
+# The covering combinations: all on, all off, each answer alone, left out and with the most.
+COVERING = list(
+    {
+        c.id: c for c in [ALL_ON, ALL_OFF, *ALONE.values(), *LEFT_OUT.values(), *MOST.values()]
+    }.values()
+)
 
 
 def render(
@@ -184,7 +360,7 @@ def expected_files(combo: Combo) -> tuple[set[str], set[str]]:
     """
     env = jinja2.Environment(undefined=jinja2.StrictUndefined)
     context = {
-        **combo.context,
+        **{t.name: t.values[t.name in combo.on] for t in TABLE},
         # The questions outside the toggle matrix, at their defaults.
         **QUESTION_DEFAULTS,
         "package_name": PACKAGE,
@@ -202,6 +378,30 @@ def expected_files(combo: Combo) -> tuple[set[str], set[str]]:
         name = name.removesuffix(".jinja")
         (present if all(parts) else absent).add(name)
     return present, absent
+
+
+def owned_files(name: str) -> set[str]:
+    """The rendered paths a project gains with the answer ``name`` alone (and the answers it
+    needs), found from the template's file names as expected_files finds them. A file that
+    more answers share (``{% if checkpointing or ddp %}``) is each one's."""
+    alone, without = expected_files(ALONE[name]), expected_files(ALONE[name].without(name))
+    return alone[0] - without[0]
+
+
+def copier_cli(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """The copier command line as a user runs it, with no terminal to prompt on."""
+    return subprocess.run(
+        [sys.executable, "-m", "copier", *args],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 # ---------------------------------------------------------------- running a rendered project

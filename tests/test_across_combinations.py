@@ -5,7 +5,7 @@ combination of toggles (`{% if ddp and grad_accum %}`, say). An edit to one of t
 an RNG draw that one combination makes and another does not, or a different order of
 operations, changes the numbers of some projects and not others. Here every project trains
 the same short run with the same seed, its features switched off by flags (--precision fp32,
---accum-steps 1, --deterministic off, --no-sync-bn, no --profile, no --resume, no torchrun),
+--micro-batch 0, --deterministic off, --no-sync-bn, no --profile, no --resume, no torchrun),
 and its metrics.jsonl must equal the all-off project's: every loss, accuracy and learning rate,
 at the full precision that JSON keeps, after two epochs whose second starts from the first's
 weights. A last case switches on, as one process under torchrun, the features that must not
@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from combos import BY_ID, DEFAULT, DEVICE, PACKAGE, Combo, describe, run
+from combos import ALONE, BY_ID, DEFAULT, DEVICE, PACKAGE, TABLE, Combo, describe, run
 
 pytestmark = [
     pytest.mark.e2e,
@@ -39,27 +39,14 @@ pytestmark = [
 SAME_RUN = ["--epochs", "2", "--train-size", "256", "--val-size", "101", "--batch-size", "24"]
 SAME_RUN += ["--num-workers", "0", "--width", "8", "--ema-decay", "0.9", "--device", "cpu"]
 SAME_RUN += ["--seed", "0"]
-# The flags that switch a toggle's feature off at run time. checkpointing, profiling and ddp
-# are off unless asked for (--resume, --profile, torchrun), so they need none.
-OFF = {
-    "amp": ["--precision", "fp32"],
-    "grad_accum": ["--accum-steps", "1"],
-    "deterministic": ["--deterministic", "off"],
-    "sync_bn": ["--no-sync-bn"],
-}
 # Fields that measure time, not training: they differ between any two runs.
 TIMING = {"samples_per_sec"}
 TRAIN = [sys.executable, "-m", f"{PACKAGE}.train"]
-# All on, then each toggle alone (sync_bn with the ddp it needs): a failure names the toggle,
-# and the code a toggle has only when others are off is compared too.
-SWITCHED_OFF = [DEFAULT] + [
-    BY_ID[name]
-    for name in ["amp", "ddp", "ddp-syncbn", "ddp-shard", "accum", "ckpt", "det", "prof"]
-]
-
-
-def switched_off(combo: Combo) -> list[str]:
-    return [flag for name, flags in OFF.items() if getattr(combo, name) for flag in flags]
+# All on, then each toggle alone (with the answers it needs): a failure names the toggle, and
+# the code a toggle has only when others are off is compared too. The flags that switch a
+# toggle off at run time are TABLE's run_off; the toggles without them (checkpointing,
+# profiling, ddp) are off unless asked for (--resume, --profile, torchrun).
+SWITCHED_OFF = list({c.id: c for c in [DEFAULT, *ALONE.values()]}.values())
 
 
 def train(root: Path, out_dir: Path, *extra: str, command: list[str] = TRAIN) -> list[dict]:
@@ -107,9 +94,9 @@ def test_another_seed_gives_other_numbers(rendered, all_off, tmp_path: Path) -> 
 def test_switched_off_trains_like_rendered_without(
     rendered, all_off, combo: Combo, tmp_path: Path
 ) -> None:
-    records = train(rendered(combo), tmp_path / "run", *switched_off(combo))
+    records = train(rendered(combo), tmp_path / "run", *combo.run_off())
     found = differences(records, all_off)
-    flags = " ".join(switched_off(combo)) or "no flags"
+    flags = " ".join(combo.run_off()) or "no flags"
     assert not found, f"{combo.id} with {flags} trains unlike all off:\n" + "\n".join(found)
 
 
@@ -119,8 +106,11 @@ def test_neutral_features_on_train_like_all_off(rendered, all_off, tmp_path: Pat
     the profiler: on a CPU none of them may change a number."""
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     command = [*torchrun, "--nproc-per-node", "1", "-m", f"{PACKAGE}.train"]
-    neutral = ["--precision", "fp32", "--accum-steps", "1", "--deterministic", "on"]
-    neutral += ["--sync-bn", "--profile"]
+    # TABLE's neutral toggles switched on (ddp by torchrun), the others switched off.
+    neutral = [
+        flag for t in TABLE for flag in (t.run_on if t.neutral else t.run_off) if t.name != "ddp"
+    ]
+    assert {t.name for t in TABLE if t.neutral} >= {"ddp", "profiling"}, "see the docstring"
     out_dir = tmp_path / "run"
     records = train(rendered(DEFAULT), out_dir, *neutral, command=command)
     assert (out_dir / "profile" / "trace.json").is_file(), "the profiler did not run"

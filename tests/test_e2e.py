@@ -12,18 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from combos import (
-    ALL,
-    BY_ID,
-    COVERING,
-    DEFAULT,
-    DEVICE,
-    PACKAGE,
-    SHORT_RUN,
-    Combo,
-    describe,
-    run,
-)
+from combos import ALL, COVERING, DEFAULT, DEVICE, PACKAGE, SHORT_RUN, TABLE, Combo, describe, run
 
 pytestmark = pytest.mark.e2e
 
@@ -49,17 +38,24 @@ def command(combo: Combo, nproc: int, module: str = "train") -> list[str]:
 
 
 def flags(combo: Combo, out_dir: Path, nproc: int) -> list[str]:
-    args = [*SHORT_RUN, "--out-dir", str(out_dir)]
-    if combo.grad_accum:
-        args += ["--accum-steps", "3"]  # 8 batches: windows of 3, 3 and a short 2
-    if combo.profiling:
-        # The profiler's schedule needs 5 steps: batches of 8 make 16 or more per rank, so 6
-        # steps or more with windows of 3.
-        size = 128 * max(nproc, 2)
-        args += ["--profile", "--batch-size", "8", "--train-size", str(size)]
+    """A short run that exercises every answer that is on (TABLE's run_on); more samples for
+    more than 2 processes, so each has as many steps."""
+    args = [*SHORT_RUN, "--out-dir", str(out_dir), *combo.run_flags()]
+    if combo.min_steps:
+        # Steps of 8 samples: 32 of them in the 256 samples, whatever the processes.
+        assert combo.min_steps <= 32, "a short run in steps of 8 has 32"
+        args += ["--batch-size", "8"]
+    if nproc > 2:
+        args += ["--train-size", str(128 * nproc)]
     if DEVICE != "cpu":
         args += ["--device", DEVICE]
     return args
+
+
+def flag_value(args: list[str], flag: str, default: str) -> str:
+    """The value the last ``flag`` in args gives, as argparse reads it."""
+    values = [args[i + 1] for i, arg in enumerate(args) if arg == flag]
+    return values[-1] if values else default
 
 
 def read_metrics(out_dir: Path) -> list[dict]:
@@ -86,37 +82,37 @@ def test_short_training_run(rendered, torchrun_nproc: int, combo: Combo, tmp_pat
     assert first_start["config"]["out_dir"] == str(out_dir)
     if combo.ddp:
         assert first_start["world_size"] == torchrun_nproc
-    check_start_and_end_lines(result.stdout, combo, nproc, out_dir)
+    check_start_and_end_lines(result.stdout, combo, nproc, args, out_dir)
 
     if combo.checkpointing:
+        # The rendered suites (test_checkpoint.py, test_after_training.py) own resuming a
+        # finished run, evaluate, predict and export: here, that the checkpoints are written.
         import torch
 
         for name in ["last.pt", "best.pt"]:
             path = out_dir / "checkpoints" / name
             assert path.is_file(), name
             assert isinstance(torch.load(path, map_location="cpu", weights_only=True), dict)
-        again = run(args + ["--resume", "auto"], cwd=root)
-        assert again.returncode == 0, describe(again)
-        assert len(read_metrics(out_dir)) == 1, "a finished run resumed and trained again"
-        if combo in COVERING:
-            check_after_training(root, combo, torchrun_nproc, out_dir, tmp_path)
 
     if combo.profiling:
         for name in ["trace.json", "summary.txt"]:
             assert (out_dir / "profile" / name).is_file(), name
 
 
-def check_start_and_end_lines(stdout: str, combo: Combo, nproc: int, out_dir: Path) -> None:
+def check_start_and_end_lines(
+    stdout: str, combo: Combo, nproc: int, args: list[str], out_dir: Path
+) -> None:
     """One start line (device, dtype, processes, batch, steps, out-dir) and an end summary
     (best epoch and metric, checkpoint, commands), with nothing of a feature that is off."""
     starts = [line for line in stdout.splitlines() if line.startswith("training on ")]
     assert len(starts) == 1, stdout[-3000:]
     start = starts[0]
-    accum = 3 if combo.grad_accum else 1
-    batch = nproc * accum * int(flag_value(combo, "--batch-size"))
+    batch = int(flag_value(args, "--batch-size", "32"))  # a step's samples, all processes'
     assert f"batch {batch}" in start, start
     assert ("processes" in start or " 1 process" in start) == combo.ddp, start
-    assert ("accumulated" in start) == combo.grad_accum, start
+    micro = int(flag_value(args, "--micro-batch", "0"))
+    split = 0 < micro < -(-batch // nproc)  # --micro-batch splits a process's share
+    assert ("micro-batches" in start) == (combo.grad_accum and split), start
     assert f"steps per epoch, 1 epoch -> {out_dir}" in start, start
     lines = stdout.splitlines()
     best = [line for line in lines if line.startswith("best: epoch 1 of 1, val_acc ")]
@@ -127,39 +123,6 @@ def check_start_and_end_lines(stdout: str, combo: Combo, nproc: int, out_dir: Pa
     assert (f"{PACKAGE}.evaluate --out-dir {out_dir}" in next_line) == combo.checkpointing
 
 
-def flag_value(combo: Combo, flag: str) -> str:
-    """The value a short run passes for ``flag``, as SHORT_RUN and flags() set it."""
-    args = [*SHORT_RUN, *(["--batch-size", "8"] if combo.profiling else [])]
-    return [args[i + 1] for i, arg in enumerate(args) if arg == flag][-1]
-
-
-def check_after_training(
-    root: Path, combo: Combo, nproc: int, out_dir: Path, tmp_path: Path
-) -> None:
-    """evaluate, predict (both under torchrun for ddp) and export the run, as its user would."""
-    result = run([*command(combo, nproc, "evaluate"), "--out-dir", str(out_dir)], cwd=root)
-    assert result.returncode == 0, describe(result)
-    evaluated = json.loads((out_dir / "eval.json").read_text())
-    recorded = read_metrics(out_dir)[evaluated["epoch"] - 1]
-    assert evaluated["val_acc"] == recorded["val_acc"]  # exactly: best.pt's own weights
-    assert evaluated["val_samples"] == 101
-
-    import numpy as np
-
-    np.save(tmp_path / "inputs.npy", np.random.default_rng(0).random((7, 1, 16, 16), "float32"))
-    output = tmp_path / "predictions.csv"
-    args = ["--out-dir", str(out_dir), "--input", str(tmp_path / "inputs.npy"), "--top-k", "3"]
-    result = run([*command(combo, nproc, "predict"), *args, "--output", str(output)], cwd=root)
-    assert result.returncode == 0, describe(result)
-    lines = output.read_text().splitlines()
-    assert len(lines) == 1 + 7, lines  # a header, then each input once
-    assert [line.split(",")[0] for line in lines[1:]] == [str(i) for i in range(7)]
-
-    result = run([sys.executable, "-m", f"{PACKAGE}.export", "--out-dir", str(out_dir)], cwd=root)
-    assert result.returncode == 0, describe(result)
-    assert (out_dir / "export" / "model.pt2").is_file()
-
-
 COVERING_IDS = pytest.mark.parametrize("combo", COVERING, ids=lambda combo: combo.id)
 
 
@@ -167,14 +130,7 @@ COVERING_IDS = pytest.mark.parametrize("combo", COVERING, ids=lambda combo: comb
 def test_help_lists_exactly_the_enabled_flags(rendered, combo: Combo) -> None:
     result = run([*TRAIN, "--help"], cwd=rendered(combo))
     assert result.returncode == 0, describe(result)
-    expected = {
-        "--precision": combo.amp,
-        "--accum-steps": combo.grad_accum,
-        "--resume": combo.checkpointing,
-        "--profile": combo.profiling,
-        "--sync-bn": combo.sync_bn,
-        "--no-sync-bn": combo.sync_bn,
-    }
+    expected = {flag: getattr(combo, t.name) for t in TABLE for flag in t.flags}
     for flag in ["--epochs", "--batch-size", "--lr", "--seed", "--num-workers", "--out-dir"]:
         expected[flag] = True
     expected["--device"] = True
@@ -232,14 +188,16 @@ def assert_identical(a, b, path: str = "state") -> None:
 def test_checkpoint_resumes_after_answers_changed(rendered, tmp_path: Path) -> None:
     """A run preempted in a project with amp and grad_accum, resumed in the project that
     `copier update` turned them off in: bit-identical to an uninterrupted run there when it
-    trained alike (--precision fp32, --accum-steps 1), refused naming both answers otherwise."""
+    trained alike (--precision fp32; --micro-batch may differ). That a checkpoint which did not train
+    alike is refused, naming the answer, is the rendered test_checkpoint.py's
+    (test_checkpoint_of_a_project_rendered_with_other_answers)."""
     torch = pytest.importorskip("torch")
-    before, after = rendered(DEFAULT), rendered(BY_ID["ddp-syncbn-ckpt-det-prof"])
+    before, after = rendered(DEFAULT), rendered(DEFAULT.without("amp", "grad_accum"))
     args = [*SHORT_RUN, "--width", "8", "--device", "cpu"]
     stop = [sys.executable, "-c", STOPPED_AT_STEP_2, *args]
 
     alike = tmp_path / "alike"
-    fp32 = ["--precision", "fp32", "--accum-steps", "1"]
+    fp32 = ["--precision", "fp32"]
     stopped = run([*stop, *fp32, "--out-dir", str(alike)], cwd=before)
     assert stopped.returncode == 75, describe(stopped)
     resumed = run([*TRAIN, *args, "--out-dir", str(alike), "--resume", "auto"], cwd=after)
@@ -256,14 +214,6 @@ def test_checkpoint_resumes_after_answers_changed(rendered, tmp_path: Path) -> N
     assert [{k: v for k, v in r.items() if k not in drop} for r in read_metrics(alike)] == [
         {k: v for k, v in r.items() if k not in drop} for r in read_metrics(tmp_path / "whole")
     ]
-
-    differs = tmp_path / "differs"
-    stopped = run([*stop, "--accum-steps", "3", "--out-dir", str(differs)], cwd=before)
-    assert stopped.returncode == 75, describe(stopped)
-    refused = run([*TRAIN, *args, "--out-dir", str(differs), "--resume", "auto"], cwd=after)
-    assert refused.returncode == 2, describe(refused)
-    [line] = refused.stderr.strip().splitlines()
-    assert "grad_accum" in line and "amp" in line and "--accum-steps 3" in line, line
 
 
 @pytest.mark.gpu

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from combos import COVERING, DEVICE, REPO_ROOT
+from combos import ALL_OFF, COVERING, DEFAULT, DEVICE, MOST, REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "gpu_bundle"))
 
@@ -19,8 +19,8 @@ from build import MAX_BYTES, build  # noqa: E402
 pytestmark = pytest.mark.suite
 
 
-def test_bundle_builds_and_runs_quick(tmp_path: Path) -> None:
-    bundle = build(tmp_path / "gpu-bundle")
+def test_bundle_builds_and_runs_quick(rendered, tmp_path: Path) -> None:
+    bundle = build(tmp_path / "gpu-bundle", rendered)
     assert {p.name for p in (bundle / "projects").iterdir()} == {c.id for c in COVERING}
     assert sum(p.stat().st_size for p in bundle.rglob("*") if p.is_file()) <= MAX_BYTES
 
@@ -44,12 +44,13 @@ def test_bundle_builds_and_runs_quick(tmp_path: Path) -> None:
     results = json.loads((out / "results.json").read_text())
     assert all(r.keys() == {"name", "status", "seconds", "detail"} for r in results)
     by_name = {r["name"]: r for r in results}
-    trained = {"train: none", "train: amp-ddp-syncbn-accum-ckpt-det-prof"}
-    trained.add("train: amp-ddp-shard-accum-ckpt-det-prof")  # FSDP2, on nccl with CUDA
-    assert trained <= by_name.keys()
-    assert by_name["train: amp-ddp-shard-accum-ckpt-det-prof"]["status"] == "pass"
-    assert by_name["tests: amp-ddp-syncbn-accum-ckpt-det-prof"]["status"] == "pass"
-    assert "samples/s" in by_name["train: none"]["detail"]
+    assert {f"train: {ALL_OFF.id}", f"train: {DEFAULT.id}"} <= by_name.keys()
+    # FSDP2, on nccl with CUDA.
+    assert by_name[f"train: {MOST['sharding'].id}"]["status"] == "pass"
+    # --quick runs the all-on project's CUDA checks alone: its whole suite is
+    # tests/test_project_suites.py's.
+    assert by_name[f"tests: {DEFAULT.id}"]["status"] == "pass"
+    assert "samples/s" in by_name[f"train: {ALL_OFF.id}"]["detail"]
     cuda = [r for r in results if r["name"].startswith("cuda: ")]
     assert len(cuda) == 9
     if DEVICE == "cpu":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -14,7 +15,9 @@ pytestmark = pytest.mark.e2e
 
 
 def test_editable_install_runs_from_another_folder(rendered, tmp_path: Path) -> None:
-    project = rendered(DEFAULT)
+    # A copy: the install writes its metadata (egg-info) into the project, which is shared.
+    project = tmp_path / "project"
+    shutil.copytree(rendered(DEFAULT), project)
     venv = tmp_path / "venv"
     venv_command = [sys.executable, "-m", "venv", "--without-pip", str(venv)]
     subprocess.run(venv_command, check=True, timeout=300)

@@ -1,9 +1,9 @@
 """Mutation tests: break one pattern in a rendered project, and its generated tests must fail.
 
-Each mutation is a textual patch of the all-on project's source (of the all-on sharded
-project's, for SHARDED_MUTATIONS). The patch asserts that the
-text it replaces is there exactly once, so a change to the template cannot silently turn a
-mutation into a no-op; when that assertion fires, update the mutation to the new text.
+Each mutation is a textual patch of a copy of the all-on project's source (of the all-on
+sharded project's, for SHARDED_MUTATIONS). The patch asserts that the text it replaces is
+there exactly once, so a change to the template cannot silently turn a mutation into a
+no-op; when that assertion fires, update the mutation to the new text.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from combos import DEFAULT, PACKAGE, SHARDED, render
+from combos import DEFAULT, MOST, PACKAGE
 
 pytestmark = pytest.mark.mutation
 
@@ -37,13 +37,52 @@ class Mutation:
         path.write_text(source.replace(self.old, self.new))
 
 
+# The test that the same training runs on any number of processes, and resumes on any.
+ANY_COUNT = "test_distributed.py::test_the_same_training_on_any_number_of_processes"
+
 MUTATIONS = [
     Mutation(
-        "loss divided by accum_steps * batch_size, not the window's samples",
+        "loss divided by --batch-size, not the step's samples",
         "train.py",
-        "loss = summed / window_samples(state.batches_done, batches, samples, config)",
-        "loss = summed / (config.accum_steps * config.batch_size)",
+        "loss = summed * run.env.world_size / samples",
+        "loss = summed * run.env.world_size / run.config.batch_size",
         "test_grad_accum.py",
+    ),
+    Mutation(
+        "loss divided by the batch's own samples (each process's mean), not the step's",
+        "train.py",
+        "loss = summed * run.env.world_size / samples",
+        "loss = summed / max(len(y), 1)",
+        ANY_COUNT,
+    ),
+    Mutation(
+        "the sampler pads a short step by repeating its first samples",
+        "batches.py",
+        "        mine = range(start + self.rank, start + count, self.world_size)\n"
+        "        largest = -(-count // self.world_size)  # rank 0's share\n",
+        "        largest = -(-count // self.world_size)  # rank 0's share\n"
+        "        end = start + largest * self.world_size\n"
+        "        mine = [start + (p - start) % count\n"
+        "                for p in range(start + self.rank, end, self.world_size)]\n",
+        ANY_COUNT,
+    ),
+    Mutation(
+        "the sampler pads a short step (caught by the property test, too)",
+        "batches.py",
+        "        mine = range(start + self.rank, start + count, self.world_size)\n"
+        "        largest = -(-count // self.world_size)  # rank 0's share\n",
+        "        largest = -(-count // self.world_size)  # rank 0's share\n"
+        "        end = start + largest * self.world_size\n"
+        "        mine = [start + (p - start) % count\n"
+        "                for p in range(start + self.rank, end, self.world_size)]\n",
+        "test_resume_steps.py::test_sampler_resumes_after_any_step",
+    ),
+    Mutation(
+        "a resumed run restarts its epoch",
+        "train.py",
+        "sampler_of(train_loader).set_epoch(epoch, skip=state.samples)",
+        "sampler_of(train_loader).set_epoch(epoch)",
+        ANY_COUNT,
     ),
     Mutation(
         "validation without inference_mode",
@@ -69,8 +108,8 @@ MUTATIONS = [
     Mutation(
         "live loss accumulated (no detach)",
         "train.py",
-        "state.loss_sum += summed.detach()",
-        "state.loss_sum += summed",
+        "detached = summed.detach()",
+        "detached = summed",
         "test_loop.py",
     ),
     Mutation(
@@ -90,14 +129,14 @@ MUTATIONS = [
     ),
     Mutation(
         "deprecated torch.cuda.amp.GradScaler",
-        "train.py",
+        "precision.py",
         "torch.amp.GradScaler(device.type, ",
         "torch.cuda.amp.GradScaler(",
         "test_amp.py",
     ),
     Mutation(
         "bf16 gets a GradScaler",
-        "train.py",
+        "precision.py",
         'GradScaler(device.type, enabled=config.precision == "fp16")',
         'GradScaler(device.type, enabled=config.precision != "fp32")',
         "test_amp.py",
@@ -233,18 +272,6 @@ SHARDED_MUTATIONS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def rendered(tmp_path_factory) -> Path:
-    """The all-on project, rendered once from the working tree (uncommitted changes too)."""
-    return render(DEFAULT.answers, tmp_path_factory.mktemp("rendered") / "all")
-
-
-@pytest.fixture(scope="module")
-def rendered_sharded(tmp_path_factory) -> Path:
-    """The all-on sharded project, rendered once from the working tree."""
-    return render(SHARDED.answers, tmp_path_factory.mktemp("rendered") / "sharded")
-
-
 def pytest_in(project: Path, *tests: str) -> subprocess.CompletedProcess:
     """Run the project's own pytest on some of its test files."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -262,23 +289,14 @@ def pytest_in(project: Path, *tests: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_unpatched_project_passes_the_mutation_targets(rendered):
-    """The tests that must catch the mutations pass on the project as rendered."""
-    result = pytest_in(rendered, *sorted({m.test for m in MUTATIONS}))
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
-
-
-def test_unpatched_sharded_project_passes_the_mutation_targets(rendered_sharded):
-    result = pytest_in(rendered_sharded, *sorted({m.test for m in SHARDED_MUTATIONS}))
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
-
-
 @pytest.mark.parametrize("mutation", MUTATIONS + SHARDED_MUTATIONS, ids=lambda m: m.name)
-def test_generated_tests_catch_the_mutation(request, tmp_path, mutation):
-    """The generated test file for the pattern fails once the pattern is broken."""
+def test_generated_tests_catch_the_mutation(rendered, tmp_path, mutation):
+    """The generated test file for the pattern fails once the pattern is broken. That it
+    passes unbroken is tests/test_project_suites.py's: the all-on suites (replicated and
+    sharded), slow tests too."""
     project = tmp_path / "project"
-    fixture = "rendered_sharded" if mutation in SHARDED_MUTATIONS else "rendered"
-    shutil.copytree(request.getfixturevalue(fixture), project)
+    combo = MOST["sharding"] if mutation in SHARDED_MUTATIONS else DEFAULT
+    shutil.copytree(rendered(combo), project)
     mutation.apply(project)
     result = pytest_in(project, mutation.test)
     # Exit code 1: tests ran and failed (2 or more would be a collection or usage error).

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 import pytest
-from combos import COVERING, DEFAULT, DEVICE, SHARDED, Combo, describe, run
+from combos import ALL_OFF, ALL_ON, ALONE, COVERING, DEVICE, MOST, Combo, describe, run
 
 pytestmark = pytest.mark.suite
 
@@ -13,13 +13,12 @@ pytestmark = pytest.mark.suite
 def runs_slow_tests(combo: Combo) -> bool:
     """Whether this combination's suite includes its tests marked slow (real processes).
 
-    All on (replicated and sharded), all off and each toggle alone run everything. The
-    combinations that leave one toggle out run their fast tests only: their slow tests
+    All on (replicated, and sharded: its checkpoints are other code), all off and each toggle
+    alone run everything. The other combinations run their fast tests only: their slow tests
     (signals to process trees, full disks, resumes in new processes) repeat the all-on
-    project's nearly step for step, and running them in all 18 suites would double CI's time.
+    project's nearly step for step, and running them in every suite would double CI's time.
     """
-    enabled = sum(combo.toggles.values())
-    return enabled <= 2 or combo in (DEFAULT, SHARDED)
+    return combo in [ALL_ON, ALL_OFF, *ALONE.values(), MOST["sharding"]]
 
 
 @pytest.mark.parametrize("combo", COVERING, ids=lambda combo: combo.id)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from combos import BY_ID, DEFAULT, PACKAGE, REPO_ROOT, describe, render
+from combos import BY_ID, DEFAULT, PACKAGE, REPO_ROOT, copier_cli, describe, render
 
 pytestmark = pytest.mark.tools
 
@@ -169,15 +169,11 @@ def test_team_defaults_from_the_copier_settings_file(tmp_path: Path) -> None:
     settings = tmp_path / "settings.yml"
     settings.write_text("defaults:\n  license: Apache-2.0\n  ci: gitlab\n  profiling: false\n")
     dest = tmp_path / "project"
-    result = subprocess.run(
-        [sys.executable, "-m", "copier", "copy", "--defaults", "--vcs-ref", "HEAD"]
-        + ["--data", "ddp=false", str(REPO_ROOT), str(dest)],
+    # No terminal: with --defaults and a settings file it must not wait for input.
+    result = copier_cli(
+        *["copy", "--defaults", "--vcs-ref", "HEAD", "--data", "ddp=false"],
+        *[str(REPO_ROOT), str(dest)],
         env={**os.environ, "COPIER_SETTINGS_PATH": str(settings)},
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
     )
     assert result.returncode == 0, describe(result)
     assert "Apache License" in (dest / "LICENSE").read_text()
