@@ -5,7 +5,7 @@
     python benchmarks/loop_overhead.py --features # the per-step cost each toggle adds
 
 Renders two projects from this template (every toggle off; every toggle on, run with
-``--precision fp32 --accum-steps 1``) and, for each, times in one process three loops that
+``--precision fp32``) and, for each, times in one process three loops that
 train the same model on the same batches with the same batch size and number of steps:
 
 - ``rendered``: the project's own code. ``train.setup(config, device)`` builds the Run (ddp
@@ -79,8 +79,9 @@ sys.path.insert(0, str(TEMPLATE / "tests"))
 
 from combos import BY_ID, DEFAULT, PACKAGE, render  # noqa: E402
 
-# The all-on project runs at fp32 with no accumulation, so that it does the raw loop's work.
-ALL_ON_EXTRA = ["--precision", "fp32", "--accum-steps", "1"]
+# The all-on project runs at fp32 (with no --micro-batch: no accumulation), so that it does
+# the raw loop's work.
+ALL_ON_EXTRA = ["--precision", "fp32"]
 PROJECTS = {
     "all-off": (BY_ID["none"].answers, []),
     "all-on": (DEFAULT.answers, ALL_ON_EXTRA),
@@ -280,13 +281,14 @@ def measure(
 
 
 class Batches:
-    """Pre-made batches, with the ``sampler`` of the loader they came from (``train_epoch``
-    reads its length). Not a list: Lightning would take a list for a collection of loaders.
+    """Pre-made batches, with the ``batch_sampler`` of the loader they came from
+    (``train_epoch`` reads its batch plan). Not a list: Lightning would take a list for a
+    collection of loaders.
     """
 
-    def __init__(self, batches: list, sampler) -> None:
+    def __init__(self, batches: list, batch_sampler) -> None:
         self.batches = batches
-        self.sampler = sampler
+        self.batch_sampler = batch_sampler
 
     def __iter__(self):
         return iter(self.batches)
@@ -318,7 +320,8 @@ def make_loops(train, config, device, steps: int, rounds: int) -> dict:
     if "env" in inspect.signature(train.setup).parameters:
         setup_args.append(train.Dist())  # single process: no process group, no DDP wrapper
     run, train_loader, _ = train.setup(*setup_args)
-    batches = Batches([(x.to(device), y.to(device)) for x, y in train_loader], train_loader.sampler)
+    made = [(x.to(device), y.to(device)) for x, y in train_loader]
+    batches = Batches(made, train_loader.batch_sampler)
     assert len(batches) == steps
     initial = copy.deepcopy(run.model.state_dict())
 

@@ -94,10 +94,11 @@ TABLE = [
     Toggle(
         "grad_accum",
         "accum",
-        traces=("accum_steps", "accum-steps", "micro-batch", "window_samples"),
-        flags=("--accum-steps",),
-        run_on=("--accum-steps", "3"),  # 8 batches: windows of 3, 3 and a short 2
-        run_off=("--accum-steps", "1"),
+        traces=("accum_steps", "accum-steps", "micro-batch", "micro_batch", "window_samples"),
+        flags=("--micro-batch",),
+        # Steps of 32 (SHORT_RUN) in micro-batches of 8: 4 on one process, 2 on each of two.
+        run_on=("--micro-batch", "8"),
+        run_off=("--micro-batch", "0"),
     ),
     Toggle(
         "checkpointing",

@@ -5,7 +5,7 @@ combination of toggles (`{% if ddp and grad_accum %}`, say). An edit to one of t
 an RNG draw that one combination makes and another does not, or a different order of
 operations, changes the numbers of some projects and not others. Here every project trains
 the same short run with the same seed, its features switched off by flags (--precision fp32,
---accum-steps 1, --deterministic off, --no-sync-bn, no --profile, no --resume, no torchrun),
+--micro-batch 0, --deterministic off, --no-sync-bn, no --profile, no --resume, no torchrun),
 and its metrics.jsonl must equal the all-off project's: every loss, accuracy and learning rate,
 at the full precision that JSON keeps, after two epochs whose second starts from the first's
 weights. A last case switches on, as one process under torchrun, the features that must not

@@ -42,8 +42,8 @@ def flags(combo: Combo, out_dir: Path, nproc: int) -> list[str]:
     more than 2 processes, so each has as many steps."""
     args = [*SHORT_RUN, "--out-dir", str(out_dir), *combo.run_flags()]
     if combo.min_steps:
-        # Batches of 8 make 16 per process (2 of them), so 6 steps or more in windows of 3.
-        assert combo.min_steps <= 5, "a short run of batches of 8 has 6 steps"
+        # Steps of 8 samples: 32 of them in the 256 samples, whatever the processes.
+        assert combo.min_steps <= 32, "a short run in steps of 8 has 32"
         args += ["--batch-size", "8"]
     if nproc > 2:
         args += ["--train-size", str(128 * nproc)]
@@ -107,11 +107,12 @@ def check_start_and_end_lines(
     starts = [line for line in stdout.splitlines() if line.startswith("training on ")]
     assert len(starts) == 1, stdout[-3000:]
     start = starts[0]
-    accum = int(flag_value(args, "--accum-steps", "1"))
-    batch = nproc * accum * int(flag_value(args, "--batch-size", "32"))
+    batch = int(flag_value(args, "--batch-size", "32"))  # a step's samples, all processes'
     assert f"batch {batch}" in start, start
     assert ("processes" in start or " 1 process" in start) == combo.ddp, start
-    assert ("accumulated" in start) == combo.grad_accum, start
+    micro = int(flag_value(args, "--micro-batch", "0"))
+    split = 0 < micro < -(-batch // nproc)  # --micro-batch splits a process's share
+    assert ("micro-batches" in start) == (combo.grad_accum and split), start
     assert f"steps per epoch, 1 epoch -> {out_dir}" in start, start
     lines = stdout.splitlines()
     best = [line for line in lines if line.startswith("best: epoch 1 of 1, val_acc ")]
@@ -187,7 +188,7 @@ def assert_identical(a, b, path: str = "state") -> None:
 def test_checkpoint_resumes_after_answers_changed(rendered, tmp_path: Path) -> None:
     """A run preempted in a project with amp and grad_accum, resumed in the project that
     `copier update` turned them off in: bit-identical to an uninterrupted run there when it
-    trained alike (--precision fp32, --accum-steps 1). That a checkpoint which did not train
+    trained alike (--precision fp32; --micro-batch may differ). That a checkpoint which did not train
     alike is refused, naming the answer, is the rendered test_checkpoint.py's
     (test_checkpoint_of_a_project_rendered_with_other_answers)."""
     torch = pytest.importorskip("torch")
@@ -196,7 +197,7 @@ def test_checkpoint_resumes_after_answers_changed(rendered, tmp_path: Path) -> N
     stop = [sys.executable, "-c", STOPPED_AT_STEP_2, *args]
 
     alike = tmp_path / "alike"
-    fp32 = ["--precision", "fp32", "--accum-steps", "1"]
+    fp32 = ["--precision", "fp32"]
     stopped = run([*stop, *fp32, "--out-dir", str(alike)], cwd=before)
     assert stopped.returncode == 75, describe(stopped)
     resumed = run([*TRAIN, *args, "--out-dir", str(alike), "--resume", "auto"], cwd=after)

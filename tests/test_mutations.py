@@ -36,13 +36,52 @@ class Mutation:
         path.write_text(source.replace(self.old, self.new))
 
 
+# The test that the same training runs on any number of processes, and resumes on any.
+ANY_COUNT = "test_distributed.py::test_the_same_training_on_any_number_of_processes"
+
 MUTATIONS = [
     Mutation(
-        "loss divided by accum_steps * batch_size, not the window's samples",
+        "loss divided by --batch-size, not the step's samples",
         "train.py",
-        "loss = summed / window_samples(state.batches_done, batches, samples, config)",
-        "loss = summed / (config.accum_steps * config.batch_size)",
+        "loss = summed * run.env.world_size / samples",
+        "loss = summed * run.env.world_size / run.config.batch_size",
         "test_grad_accum.py",
+    ),
+    Mutation(
+        "loss divided by the batch's own samples (each process's mean), not the step's",
+        "train.py",
+        "loss = summed * run.env.world_size / samples",
+        "loss = summed / max(len(y), 1)",
+        ANY_COUNT,
+    ),
+    Mutation(
+        "the sampler pads a short step by repeating its first samples",
+        "batches.py",
+        "        mine = range(start + self.rank, start + count, self.world_size)\n"
+        "        largest = -(-count // self.world_size)  # rank 0's share\n",
+        "        largest = -(-count // self.world_size)  # rank 0's share\n"
+        "        end = start + largest * self.world_size\n"
+        "        mine = [start + (p - start) % count\n"
+        "                for p in range(start + self.rank, end, self.world_size)]\n",
+        ANY_COUNT,
+    ),
+    Mutation(
+        "the sampler pads a short step (caught by the property test, too)",
+        "batches.py",
+        "        mine = range(start + self.rank, start + count, self.world_size)\n"
+        "        largest = -(-count // self.world_size)  # rank 0's share\n",
+        "        largest = -(-count // self.world_size)  # rank 0's share\n"
+        "        end = start + largest * self.world_size\n"
+        "        mine = [start + (p - start) % count\n"
+        "                for p in range(start + self.rank, end, self.world_size)]\n",
+        "test_resume_steps.py::test_sampler_resumes_after_any_step",
+    ),
+    Mutation(
+        "a resumed run restarts its epoch",
+        "train.py",
+        "sampler_of(train_loader).set_epoch(epoch, skip=state.samples)",
+        "sampler_of(train_loader).set_epoch(epoch)",
+        ANY_COUNT,
     ),
     Mutation(
         "validation without inference_mode",
