@@ -21,7 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TAG = re.compile(r"\{%.*?%\}")
-CONTROL = re.compile(r"^\s*(\{%-?.*?-?%\}\s*)+$")
+CONTROL = re.compile(r"^\s*(\{%-?(?:(?!%\}).)*-?%\}\s*)+$")
 IF = re.compile(r"\{%-?\s*if\b")
 
 
