@@ -1,10 +1,11 @@
-"""The template's Jinja discipline: toggles switch whole lines, never parts of code.
+"""The template's Jinja discipline: a condition is seen whole, where it acts.
 
-A condition inside a signature, an import or a call changes some combinations and not
-others, in ways a reader of one rendered project cannot see. So in the template's Python
-files every control tag (``{% if %}``, ``{% else %}``, ...) stands on a line of its own;
-wording may still vary inside docstrings and comments. Tricks that make the template hard
-to change safely (``set``, ``filter``, macros) are not used at all.
+A toggle switches whole lines, or a part of one line: an argument, an imported name, a
+clause. A condition that opens on a line of code closes on the same line, so that a reader
+of the template sees at once what each combination gets; one that opens a block stands on
+a line of its own. (Copying a line per combination instead, as an earlier rule asked, made
+copied branches: a fix made in one copy and not the other.) Tricks that make the template
+hard to change safely (``set``, ``filter``, macros) are not used at all.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ CONTROL = re.compile(r"\{%-?\s*(\w+)")
 
 
 def code_lines_with_control_tags(text: str) -> list[tuple[int, str]]:
-    """(number, line) of the lines where a control tag shares the line with code.
+    """(number, line) of the lines where a condition opens or closes beside code without
+    closing or opening on that line too: its part of the code is not on one line.
 
     Lines inside a triple-quoted string, and comments, may vary their wording.
     """
@@ -36,23 +38,29 @@ def code_lines_with_control_tags(text: str) -> list[tuple[int, str]]:
         if "{%" in line and not WHOLE_LINE.match(line):
             words = in_string or stripped.startswith(('"""', "#"))
             comment = "#" in line and line.index("#") < line.index("{%")
-            if not (words or comment):
+            tags = CONTROL.findall(line)
+            balanced = tags.count("if") == tags.count("endif")
+            if not (words or comment or balanced):
                 found.append((number, stripped))
         if line.count('"""') % 2:
             in_string = not in_string
     return found
 
 
-def test_the_check_finds_a_condition_inside_code():
-    text = 'def f(a{% if ddp %}, rank{% endif %}):\n    """Say {% if ddp %}rank{% endif %}."""\n'
-    assert code_lines_with_control_tags(text) == [(1, text.splitlines()[0])]
+def test_the_check_finds_a_condition_that_spans_lines_of_code():
+    text = 'def f(a{% if ddp %}, rank,\n    b{% endif %}):\n    """Say {% if ddp %}rank."""\n'
+    assert code_lines_with_control_tags(text) == [
+        (1, text.splitlines()[0].strip()),
+        (2, text.splitlines()[1].strip()),
+    ]
     assert not code_lines_with_control_tags(
         "{%- if ddp %}\nx = 1\n{%- endif %}\n# a{% if x %}b{% endif %}\n"
+        "def f(a{% if ddp %}, rank{% endif %}):\n"
     )
 
 
 @pytest.mark.parametrize("path", PYTHON_TEMPLATES, ids=lambda p: str(p.relative_to(TEMPLATE_DIR)))
-def test_control_tags_stand_on_their_own_lines(path: Path):
+def test_conditions_in_code_close_on_their_line(path: Path):
     found = code_lines_with_control_tags(path.read_text())
     assert not found, "\n".join(f"{path.name}:{n}: {line}" for n, line in found)
 
