@@ -91,6 +91,9 @@ def test_short_training_run(rendered, torchrun_nproc: int, combo: Combo, tmp_pat
 
         for name in ["last.pt", "best.pt"]:
             path = out_dir / "checkpoints" / name
+            if combo.sharding and combo.ddp:  # under torchrun: a folder of DCP shards
+                assert (path / ".metadata").is_file(), name
+                path = path / "run.pt"  # the run's state beside the shards
             assert path.is_file(), name
             assert isinstance(torch.load(path, map_location="cpu", weights_only=True), dict)
 
