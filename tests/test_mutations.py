@@ -40,6 +40,17 @@ class Mutation:
 # The test that the same training runs on any number of processes, and resumes on any.
 ANY_COUNT = "test_distributed.py::test_the_same_training_on_any_number_of_processes"
 
+# The sampler pads a short step by repeating its first samples: (file, old, new).
+PADDING = (
+    "batches.py",
+    "        mine = range(start + self.rank, start + count, self.world_size)\n"
+    "        largest = -(-count // self.world_size)  # rank 0's share\n",
+    "        largest = -(-count // self.world_size)  # rank 0's share\n"
+    "        end = start + largest * self.world_size\n"
+    "        mine = [start + (p - start) % count\n"
+    "                for p in range(start + self.rank, end, self.world_size)]\n",
+)
+
 MUTATIONS = [
     Mutation(
         "loss divided by --batch-size, not the step's samples",
@@ -57,24 +68,12 @@ MUTATIONS = [
     ),
     Mutation(
         "the sampler pads a short step by repeating its first samples",
-        "batches.py",
-        "        mine = range(start + self.rank, start + count, self.world_size)\n"
-        "        largest = -(-count // self.world_size)  # rank 0's share\n",
-        "        largest = -(-count // self.world_size)  # rank 0's share\n"
-        "        end = start + largest * self.world_size\n"
-        "        mine = [start + (p - start) % count\n"
-        "                for p in range(start + self.rank, end, self.world_size)]\n",
+        *PADDING,
         ANY_COUNT,
     ),
     Mutation(
         "the sampler pads a short step (caught by the property test, too)",
-        "batches.py",
-        "        mine = range(start + self.rank, start + count, self.world_size)\n"
-        "        largest = -(-count // self.world_size)  # rank 0's share\n",
-        "        largest = -(-count // self.world_size)  # rank 0's share\n"
-        "        end = start + largest * self.world_size\n"
-        "        mine = [start + (p - start) % count\n"
-        "                for p in range(start + self.rank, end, self.world_size)]\n",
+        *PADDING,
         "test_resume_steps.py::test_sampler_resumes_after_any_step",
     ),
     Mutation(
