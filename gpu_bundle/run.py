@@ -5,13 +5,13 @@
 Needs Python, torch, numpy and pytest; not copier or nox (`nox -s gpu-bundle` rendered the
 projects beside this file). For each combination it trains a short run (ddp ones under
 torchrun: one process per visible GPU on nccl, or two gloo processes on the CPU) and runs the
-project's own test suite. The all-on project's tests/test_gpu.py holds the CUDA checks (no
+project's own test suite. The all-on project's tests marked gpu are the CUDA checks (no
 host sync in the step, SyncBatchNorm, bf16 and fp16 with GradScaler and fused AdamW,
-deterministic runs, --compile, the profiler, mid-epoch resume); each is reported on its own
-line, as skip on the CPU. On CUDA the suites leave out the tests marked slow (they start
-training processes on the CPU, which CI covers) unless --slow. --quick trains only the
-all-on, all-on sharded and all-off projects and runs only the all-on project's CUDA checks
-(tests/test_gpu.py).
+deterministic runs, --compile, the profiler, mid-epoch resume: tests/test_gpu.py and the
+features' own test files); each is reported on its own line, as skip on the CPU. On CUDA
+the suites leave out the tests marked slow (they start training processes on the CPU,
+which CI covers) unless --slow. --quick trains only the all-on, all-on sharded and all-off
+projects and runs only the all-on project's CUDA checks (pytest -m gpu).
 
 Writes DIR/results.json (a list of {name, status, seconds, detail}, status pass, fail or
 skip) and DIR/results.md (the same as a table). Exits 1 if anything failed.
@@ -31,7 +31,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
-# Result name -> test in the all-on project's tests/test_gpu.py that checks it.
+# Result name -> the all-on project's test (marked gpu) that checks it; no other test of the
+# project has that name.
 CHECKS = {
     "cuda: no host sync in a training step": "test_no_host_sync_inside_the_training_step",
     "cuda: fused AdamW, pinned memory": "test_adamw_is_fused_on_cuda",
@@ -133,15 +134,15 @@ def train(combo: dict, device: str, nproc: int, out: Path, manifest: dict) -> di
     return result(name, "pass", seconds, detail)
 
 
-def suite(combo: dict, device: str, slow: bool, out: Path, only: list[str]) -> tuple[dict, Path]:
-    """Run one project's own tests (GPU tests included), or ``only`` those test files;
+def suite(combo: dict, device: str, slow: bool, out: Path, only: str) -> tuple[dict, Path]:
+    """Run one project's own tests (GPU tests included), or ``only`` those with that marker;
     returns its result and JUnit file."""
     project = HERE / "projects" / combo["id"]
     junit = out / "junit" / f"{combo['id']}.xml"
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     command += [f"--junitxml={junit}", f"--basetemp={out / 'pytest' / combo['id']}"]
     # The project's pyproject leaves the slow tests out by default; -m "" brings them back.
-    command += ["-m", "not slow" if not slow else "", *only]
+    command += ["-m", only or ("not slow" if not slow else "")]
     log = out / "logs" / f"{combo['id']}.tests.log"
     code, output, seconds = execute(command, project, environment(device), 1200, log)
     status = "pass" if code == 0 else "fail"
@@ -153,8 +154,7 @@ def checks(junit: Path) -> list[dict]:
     cases = {}
     if junit.exists():
         for case in ElementTree.parse(junit).iter("testcase"):
-            if case.get("classname", "").endswith("test_gpu"):
-                cases[case.get("name")] = case
+            cases[case.get("name")] = case
     results = []
     for name, test in CHECKS.items():
         case = cases.get(test)
@@ -220,11 +220,11 @@ def main(argv: list[str] | None = None) -> int:
     for combo in combos:
         record(train(combo, device, nproc, out, manifest))
     # The suites in parallel: their training processes run on the CPU, their GPU tests are short.
-    # --quick: the all-on project's CUDA checks alone (tests/test_gpu.py). The tests marked
+    # --quick: the all-on project's CUDA checks alone (marked gpu). The tests marked
     # slow train in processes pinned to the CPU, which CI covers: on CUDA only with --slow.
     slow = args.slow or (device == "cpu" and not args.quick)
     tested = [c for c in combos if not args.quick or c["id"] == manifest["default"]]
-    only = ["tests/test_gpu.py"] if args.quick else []
+    only = "gpu" if args.quick else ""
     with ThreadPoolExecutor(jobs) as pool:
         suites = list(pool.map(lambda combo: suite(combo, device, slow, out, only), tested))
     junits = {}
