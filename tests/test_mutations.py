@@ -43,11 +43,11 @@ ANY_COUNT = "test_distributed.py::test_the_same_training_on_any_number_of_proces
 # The sampler pads a short step by repeating its first samples: (file, old, new).
 PADDING = (
     "batches.py",
-    "        mine = range(start + self.rank, start + count, self.world_size)\n"
-    "        largest = -(-count // self.world_size)  # rank 0's share\n",
+    "        return range(start, start + self.step_samples(step))[self.rank :: self.world_size]\n",
+    "        count = self.step_samples(step)\n"
     "        largest = -(-count // self.world_size)  # rank 0's share\n"
     "        end = start + largest * self.world_size\n"
-    "        mine = [start + (p - start) % count\n"
+    "        return [start + (p - start) % count\n"
     "                for p in range(start + self.rank, end, self.world_size)]\n",
 )
 
@@ -55,15 +55,15 @@ MUTATIONS = [
     Mutation(
         "loss divided by --batch-size, not the step's samples",
         "train.py",
-        "loss = summed * run.env.world_size / samples",
-        "loss = summed * run.env.world_size / run.config.batch_size",
+        "loss = summed / samples",
+        "loss = summed / run.config.batch_size",
         "test_grad_accum.py",
     ),
     Mutation(
         "loss divided by the batch's own samples (each process's mean), not the step's",
         "train.py",
-        "loss = summed * run.env.world_size / samples",
-        "loss = summed / max(len(y), 1)",
+        "loss = summed / samples",
+        "loss = summed / max(len(y), 1) / run.env.world_size",  # times world_size: len(y)'s mean
         ANY_COUNT,
     ),
     Mutation(
