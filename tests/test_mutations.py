@@ -53,6 +53,13 @@ PADDING = (
 
 MUTATIONS = [
     Mutation(
+        "DataLoader workers start with the stop signals not held",
+        "data.py",
+        "held = signal.pthread_sigmask(signal.SIG_BLOCK, LEFT_TO_MAIN)",
+        "held = signal.pthread_sigmask(signal.SIG_BLOCK, [])",
+        "test_checkpoint.py::test_a_stop_while_the_workers_start_is_a_stop_like_any_other",
+    ),
+    Mutation(
         "loss divided by --batch-size, not the step's samples",
         "train.py",
         "loss = summed / samples",
