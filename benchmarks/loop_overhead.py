@@ -77,7 +77,7 @@ from pathlib import Path
 TEMPLATE = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TEMPLATE / "tests"))
 
-from combos import BY_ID, DEFAULT, PACKAGE, render  # noqa: E402
+from combos import ALONE, BY_ID, DEFAULT, PACKAGE, render  # noqa: E402
 
 # The all-on project runs at fp32 (with no --micro-batch: no accumulation), so that it does
 # the raw loop's work.
@@ -89,8 +89,9 @@ PROJECTS = {
 # name: (width, batch size, steps per round, rounds after the warm-up round)
 SIZES = {"tiny": (4, 8, 20, 60), "compute": (16, 64, 6, 12)}
 LOOPS = ["rendered", "raw", "lightning", "raw-min"]
-# --features: the all-off project, each toggle alone, and the all-on project.
-FEATURES = ["none", "amp", "ddp", "ddp-syncbn", "accum", "ckpt", "det", "prof", DEFAULT.id]
+# --features: the all-off project, each toggle alone (tests/combos.py's TABLE, with the
+# answers it needs), and the all-on project.
+FEATURES = list(dict.fromkeys(["none", *(combo.id for combo in ALONE.values()), DEFAULT.id]))
 
 
 def main() -> None:
@@ -160,7 +161,6 @@ def features(args: argparse.Namespace) -> None:
             for (label, name), dest in projects.items():
                 combo = BY_ID[name]
                 extra = ["--precision", "fp32"] if combo.amp else []
-                extra += ["--accum-steps", "1"] if combo.grad_accum else []
                 command = [sys.executable, __file__, "--child", str(dest), "--sizes", "tiny"]
                 command += ["--extra", " ".join(extra), "--device", args.device]
                 command += ["--rounds", str(args.rounds)] if args.rounds else []

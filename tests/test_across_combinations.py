@@ -4,13 +4,13 @@ Each toggle adds code to the training loop, and the template writes some lines o
 combination of toggles (`{% if ddp and grad_accum %}`, say). An edit to one of those branches,
 an RNG draw that one combination makes and another does not, or a different order of
 operations, changes the numbers of some projects and not others. Here every project trains
-the same short run with the same seed, its features switched off by flags (--precision fp32,
---micro-batch 0, --deterministic off, --no-sync-bn, no --profile, no --resume, no torchrun),
-and its metrics.jsonl must equal the all-off project's: every loss, accuracy and learning rate,
-at the full precision that JSON keeps, after two epochs whose second starts from the first's
-weights. A last case switches on, as one process under torchrun, the features that must not
-change the numbers on a CPU: DDP at one process, SyncBatchNorm, deterministic kernels and
-the profiler.
+the same short run with the same seed, its features switched off by the flags TABLE
+(tests/combos.py) gives each (run_off: --precision fp32, say) or left off (no --profile, no
+--resume, no torchrun), and its metrics.jsonl must equal the all-off project's: every loss,
+accuracy and learning rate, at the full precision that JSON keeps, after two epochs whose
+second starts from the first's weights. A last case switches on, as one process under
+torchrun, the features that must not change the numbers on a CPU: DDP at one process,
+SyncBatchNorm, deterministic kernels and the profiler.
 
 Only the command line and the files a run writes are used, so the test holds whatever shape
 the training code takes. On the CPU alone: CUDA picks kernels by itself, and the all-off

@@ -8,15 +8,18 @@ import re
 
 import jinja2
 import pytest
+import yaml
 from combos import (
     ALL,
     ALONE,
     BY_NAME,
+    CONDITION,
     COVERING,
     DEFAULT,
     PACKAGE,
     REPO_ROOT,
     TABLE,
+    TEMPLATE_DIR,
     Combo,
     Toggle,
     asked,
@@ -125,3 +128,21 @@ def test_update_message_names_the_modules_each_answer_owns() -> None:
         )
         said = sorted(re.findall(r'"(\w+)"', listed.get(toggle.name, "")))
         assert said == owned, f"copier.yml, _message_after_update: {toggle.name}: {owned}"
+
+
+def test_reserved_module_names_are_the_templates_modules() -> None:
+    """copier refuses a package_name that is one of the project's own modules or test helpers
+    (includes/reserved_names.yml); the list is every such module the template can render,
+    whatever the answers, found from its file names: a new module is caught here."""
+    modules = {"test", "tests"}  # the test folder itself
+    for folder in ("src/{{package_name}}", "tests", "."):
+        for path in (TEMPLATE_DIR / folder).iterdir():
+            name = CONDITION.sub("", path.name).removesuffix(".jinja")
+            if path.is_file() and name.endswith(".py") and not name.startswith(("_", "test_")):
+                modules.add(name.removesuffix(".py"))
+    reserved = yaml.safe_load((REPO_ROOT / "includes" / "reserved_names.yml").read_text())
+    listed = set(reserved["project_module_names"]["default"])
+    assert listed == modules, (
+        f"includes/reserved_names.yml, project_module_names: add {sorted(modules - listed)}, "
+        f"remove {sorted(listed - modules)}"
+    )
