@@ -47,6 +47,10 @@ def flags(combo: Combo, out_dir: Path, nproc: int) -> list[str]:
         args += ["--batch-size", "8"]
     if nproc > 2:
         args += ["--train-size", str(128 * nproc)]
+    if combo.ddp:
+        # A collective that waits this long fails with a message naming it, before the
+        # test's own timeout (600 s) would end the run without a word.
+        args += ["--dist-timeout", "300"]
     if DEVICE != "cpu":
         args += ["--device", DEVICE]
     return args

@@ -32,6 +32,9 @@ def test_rendered_project_suite_passes(rendered, combo: Combo) -> None:
     result = run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *select],
         cwd=root,
+        # The all-on suites take 5 minutes on 2 idle cores and over 10 on busy ones: the
+        # bound is for a suite that hangs, not a slow one.
+        timeout=1800,
         TEMPLATE_TEST_DEVICE=DEVICE,
     )
     assert result.returncode == 0, describe(result)
