@@ -17,6 +17,7 @@ import itertools
 import logging
 import os
 import re
+import signal
 import subprocess
 import sys
 import warnings
@@ -406,17 +407,55 @@ def copier_cli(
 
 # ---------------------------------------------------------------- running a rendered project
 def run(args: list[str], cwd: Path, timeout: float = 600, **env: str):
-    """Run a command of a rendered project: its src on the path, no bytecode written into it."""
+    """Run a command of a rendered project: its src on the path, no bytecode written into it.
+
+    If it outlives ``timeout``, each of its processes gets SIGABRT, on which Python's
+    faulthandler (PYTHONFAULTHANDLER=1, set here) prints each thread's stack, then SIGKILL;
+    the test fails with those stacks, which say where a hung run was stuck (torchrun and
+    each rank alike: torchrun starts its ranks in sessions of their own, so they are found
+    as the command's descendants, not as its process group).
+    """
     full_env = {
         **os.environ,
         "PYTHONPATH": "src",
         "PYTHONDONTWRITEBYTECODE": "1",
         "OMP_NUM_THREADS": "1",
+        "PYTHONFAULTHANDLER": "1",
         **env,
     }
-    return subprocess.run(
-        args, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout
-    )
+    with subprocess.Popen(
+        args, cwd=cwd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            stdout, stderr = "", ""
+            for sig in (signal.SIGABRT, signal.SIGKILL):
+                for pid in [*_descendants(process.pid), process.pid]:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, sig)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    stdout, stderr = process.communicate(timeout=10)
+                    break
+            result = subprocess.CompletedProcess(args, process.returncode, stdout, stderr)
+            raise AssertionError(f"timed out after {timeout} s\n" + describe(result)) from None
+    return subprocess.CompletedProcess(args, process.returncode, stdout, stderr)
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes that ``pid`` started, and theirs (from Linux's /proc)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        started = children.get(todo.pop(), [])
+        found += started
+        todo += started
+    return found
 
 
 def describe(result: subprocess.CompletedProcess) -> str:
