@@ -38,6 +38,11 @@ def tests(session: nox.Session) -> None:
         "pytest",
         "-n",
         "auto",
+        # An idle test process takes tests from a busy one's queue (tests/conftest.py puts
+        # the longest first): with the default scheduler one process sat idle for the last
+        # 11 of a run's 46 minutes while the other worked through its queue.
+        "--dist",
+        "worksteal",
         "-p",
         "no:cacheprovider",
         *session.posargs,

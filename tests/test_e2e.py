@@ -195,8 +195,8 @@ def assert_identical(a, b, path: str = "state") -> None:
 def test_checkpoint_resumes_after_answers_changed(rendered, tmp_path: Path) -> None:
     """A run preempted in a project with amp and grad_accum, resumed in the project that
     `copier update` turned them off in: bit-identical to an uninterrupted run there when it
-    trained alike (--precision fp32; --micro-batch may differ). That a checkpoint which did not train
-    alike is refused, naming the answer, is the rendered test_checkpoint.py's
+    trained alike (--precision fp32; --micro-batch may differ). That a checkpoint which did
+    not train alike is refused, naming the answer, is the rendered test_checkpoint.py's
     (test_checkpoint_of_a_project_rendered_with_other_answers)."""
     torch = pytest.importorskip("torch")
     before, after = rendered(DEFAULT), rendered(DEFAULT.without("amp", "grad_accum"))
