@@ -62,15 +62,15 @@ MUTATIONS = [
     Mutation(
         "loss divided by --batch-size, not the step's samples",
         "train.py",
-        "loss = summed / samples",
-        "loss = summed / run.config.batch_size",
+        "loss = summed / (samples / run.env.world_size)",
+        "loss = summed / (run.config.batch_size / run.env.world_size)",
         "test_grad_accum.py",
     ),
     Mutation(
         "loss divided by the batch's own samples (each process's mean), not the step's",
         "train.py",
-        "loss = summed / samples",
-        "loss = summed / max(len(y), 1) / run.env.world_size",  # times world_size: len(y)'s mean
+        "loss = summed / (samples / run.env.world_size)",
+        "loss = summed / max(len(y), 1)",  # each process's own mean, then DDP's average
         ANY_COUNT,
     ),
     Mutation(
