@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
+from pathlib import Path
 
 import pytest
 from combos import ALL_OFF, ALL_ON, ALONE, COVERING, DEVICE, MOST, Combo, describe, run
@@ -22,8 +24,10 @@ def runs_slow_tests(combo: Combo) -> bool:
 
 
 @pytest.mark.parametrize("combo", COVERING, ids=lambda combo: combo.id)
-def test_rendered_project_suite_passes(rendered, combo: Combo) -> None:
-    root = rendered(combo)
+def test_rendered_project_suite_passes(rendered, combo: Combo, tmp_path: Path) -> None:
+    # A copy: the suite writes into its project (hypothesis's .hypothesis/, say), and the
+    # shared render is read-only (test_render checks its files, in any order).
+    root = shutil.copytree(rendered(combo), tmp_path / "project")
     assert (root / "tests").is_dir(), "every rendered project carries its own tests"
     # The project's pyproject puts src on the path; TEMPLATE_TEST_DEVICE passes through to
     # it unchanged, so a suite that wants to know the device can read it.
