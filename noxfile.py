@@ -7,6 +7,7 @@ nox -s gpu-bundle  render the covering combinations and run.py into build/gpu-bu
 nox -s lint    ruff on the template repository's own Python
 nox -s bench   loop overhead against a bare loop and Lightning, and the suite's cost
 nox -s docs    the mkdocs site, built with --strict
+nox -s tables  rewrite the derived tables of README.md and docs/reference/flags.md (cog)
 """
 
 from __future__ import annotations
@@ -117,6 +118,12 @@ def bench(session: nox.Session) -> None:
     session.run(PYTHON, "benchmarks/loop_overhead.py", *session.posargs)
     session.run(PYTHON, "benchmarks/suite_cost.py")
     session.run(PYTHON, "benchmarks/control_lines.py")
+
+
+@nox.session
+def tables(session: nox.Session) -> None:
+    """Rewrite the derived tables (README's modules, docs/reference/flags.md) from renders."""
+    session.run(PYTHON, "-m", "cogapp", "-r", "-I", "tests", "README.md", "docs/reference/flags.md")
 
 
 @nox.session

@@ -141,6 +141,13 @@ TABLE = [
     ),
 ]
 BY_NAME = {toggle.name: toggle for toggle in TABLE}
+
+
+def chain(toggle: Toggle) -> list[str]:
+    """The answers a toggle needs, outermost first, then the toggle."""
+    return [*chain(BY_NAME[toggle.needs]), toggle.name] if toggle.needs else [toggle.name]
+
+
 assert len({t.short for t in TABLE}) == len(TABLE), "two answers share a short name"
 assert all(t.needs in BY_NAME for t in TABLE if t.needs), "an answer needs an unknown one"
 assert all(set(t.conflicts) <= BY_NAME.keys() for t in TABLE), "a conflict with an unknown one"

@@ -5,46 +5,23 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import importlib.util
 import itertools
 import re
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 import yaml
 from combos import BY_ID, CONDITION, COVERING, DEFAULT, PACKAGE, REPO_ROOT, Combo
+from docs_tables import TABLES, blocks, config_module, flag_of, page_rows
 
 DOCS = REPO_ROOT / "docs" / "reference"
 NONE = BY_ID["none"]  # every answer off
 
 
-def config_module(root: Path):
-    """The rendered project's config.py, imported from its path (the standard library only:
-    no torch import)."""
-    path = root / "src" / PACKAGE / "config.py"
-    name = f"rendered_config_{root.parent.name}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    config = importlib.util.module_from_spec(spec)
-    sys.modules[name] = config  # dataclasses looks the module up while it is created
-    spec.loader.exec_module(config)
-    return config
-
-
-def flag_of(field: dataclasses.Field) -> str:
-    return "--" + field.name.replace("_", "-")
-
-
 def flags_page() -> dict[str, dict[str, str]]:
     """The table of flags.md: each flag's row, by column name."""
-    # The header and the rows; not the |---| line.
-    lines = [line for line in (DOCS / "flags.md").read_text().splitlines() if line[:2] == "| "]
-    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
-    rows = {}
-    for line in lines[1:]:
-        row = dict(zip(header, [cell.strip() for cell in line.strip("|").split("|")], strict=True))
-        rows[row["flag"].strip("`").split()[0]] = row
+    rows = page_rows((DOCS / "flags.md").read_text())
     rows.pop("--config")  # argparse's own, not a field
     return rows
 
@@ -55,6 +32,20 @@ def field_row(field: dataclasses.Field) -> dict[str, str]:
     # argparse shows %% as %; the page may put flags in backticks.
     help_text = field.metadata["help"].replace("%%", "%")
     return {"default": default, "group": field.metadata["group"], "help": help_text}
+
+
+DERIVED = [REPO_ROOT / "README.md", DOCS / "flags.md"]
+
+
+@pytest.mark.parametrize("page", DERIVED, ids=lambda page: page.name)
+def test_derived_tables_are_what_the_template_makes(rendered, page: Path) -> None:
+    """A derived table (tests/docs_tables.py) is what the renders make of it now."""
+    found = blocks(page)
+    assert found, f"{page.name}: no derived table (cog block) in it"
+    for name, body in found.items():
+        made = TABLES[name](rendered)
+        diff = "".join(difflib.unified_diff(body.splitlines(True), made.splitlines(True), n=0))
+        assert body == made, f"{page.name}'s {name} table is stale: run nox -s tables\n{diff}"
 
 
 def test_flags_page_rows_are_the_fields_with_their_facts(rendered) -> None:

@@ -1,0 +1,192 @@
+"""The tables of the pages that are derived, not written: the training flags of
+docs/reference/flags.md and the package's modules in README.md's layout.
+
+A derived table sits in its page between cog markers (https://cog.readthedocs.io), which the
+site and GitHub do not show:
+
+    <!-- [[[cog import docs_tables; cog.out(docs_tables.table("flags")) ]]] -->
+    ...the table, as this module makes it...
+    <!-- [[[end]]] -->
+
+``nox -s tables`` rewrites them (``cog -r``); tests/test_docs.py fails on a page whose table
+is not what this module makes now, naming the command. The facts come from where they live:
+a flag's default, group and help from its field in the rendered ``config.py``, which answer
+brings it from TABLE (tests/combos.py), a module's line from the rendered README's file list,
+which answer owns it from the template's file names. Only the flags table's *more* column is
+written by hand; it is read back from the page and kept, row by row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import re
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from combos import ALONE, DEFAULT, PACKAGE, REPO_ROOT, TABLE, Combo, chain, owned_files
+from combos import render as render_into
+
+Rendered = Callable[[Combo], Path]
+FLAGS_PAGE = REPO_ROOT / "docs" / "reference" / "flags.md"
+# A table's combinations: the all-on one first, whose words and order the table takes; then
+# each answer alone, for what the all-on one lacks (a choice such as sharding's shard).
+SOURCES = [DEFAULT, *ALONE.values()]
+BLOCK = re.compile(
+    r"^<!-- \[\[\[cog .*?docs_tables\.table\(\"(?P<name>\w+)\"\).*?\]\]\] -->\n"
+    r"(?P<body>.*?)^<!-- \[\[\[end\]\]\] -->$",
+    re.MULTILINE | re.DOTALL,
+)
+
+
+def config_module(root: Path):
+    """The rendered project's config.py, imported from its path (the standard library only:
+    no torch import)."""
+    path = root / "src" / PACKAGE / "config.py"
+    name = f"rendered_config_{root.parent.name}_{root.name}".replace("-", "_")
+    spec = importlib.util.spec_from_file_location(name, path)
+    config = importlib.util.module_from_spec(spec)
+    sys.modules[name] = config  # dataclasses looks the module up while it is created
+    spec.loader.exec_module(config)
+    return config
+
+
+def flag_of(field: dataclasses.Field) -> str:
+    return "--" + field.name.replace("_", "-")
+
+
+def merged(lists: list[list[str]]) -> list[str]:
+    """The keys of every list, in the first list's order, each key another list adds placed
+    after the key it follows there."""
+    order: list[str] = []
+    for keys in lists:
+        after = None
+        for key in keys:
+            if key not in order:
+                order.insert(order.index(after) + 1 if after else 0, key)
+            after = key
+    return order
+
+
+# ---------------------------------------------------------------- flags.md
+def page_rows(text: str) -> dict[str, dict[str, str]]:
+    """flags.md's table, each row by column name, by flag (``--sync-bn`` for
+    ``--sync-bn / --no-sync-bn``, ``--config`` too)."""
+    lines = [line for line in text.splitlines() if line[:2] == "| "]
+    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    rows = {}
+    for line in lines[1:]:
+        row = dict(zip(header, [cell.strip() for cell in line.strip("|").split("|")], strict=True))
+        rows[row["flag"].strip("`").split()[0]] = row
+    return rows
+
+
+def invocation(action) -> str:
+    """The flag as --help shows it: ``--lr LR``, ``--schedule {onecycle,...}``, ``--compile /
+    --no-compile``."""
+    if action.nargs == 0:  # BooleanOptionalAction
+        return " / ".join(action.option_strings)
+    if action.choices:
+        return f"{action.option_strings[0]} {{{','.join(action.choices)}}}"
+    return f"{action.option_strings[0]} {action.metavar or action.dest.upper()}"
+
+
+def with_code(text: str) -> str:
+    """Flags in backticks, as the pages write them."""
+    return re.sub(r"(?<![\w`])(--[a-z][a-z0-9-]*)", r"`\1`", text)
+
+
+def flags_table(rendered: Rendered) -> str:
+    """flags.md's table: every flag a project can have, with its facts."""
+    brings = {
+        flag: " + ".join(chain(toggle))
+        for toggle in TABLE
+        for flag in toggle.flags
+        if not flag.startswith("--no-")  # on the row of its positive form
+    }
+    parsers = {}  # flag -> (the parser's action, the field or None)
+    order = []
+    for combo in SOURCES:
+        config = config_module(rendered(combo))
+        fields = {flag_of(f): f for f in dataclasses.fields(config.Config)}
+        actions = [a for a in config.build_parser()._actions if a.option_strings[0] != "-h"]
+        order.append([a.option_strings[0] for a in actions])
+        for action in actions:
+            flag = action.option_strings[0]
+            parsers.setdefault(flag, (action, fields.get(flag)))
+    more = {flag: row["more"] for flag, row in page_rows(FLAGS_PAGE.read_text()).items()}
+    lines = [
+        "| flag | default | present with | group | help | more |",
+        "|---|---|---|---|---|---|",
+    ]
+    for flag in merged(order):
+        action, field = parsers[flag]
+        default = "none" if action.default in (None, "") else f"`{action.default}`"
+        group = field.metadata["group"] if field else ""
+        help_text = field.metadata["help"] if field else action.help
+        help_text = with_code(help_text.replace("%%", "%"))
+        cells = [f"`{invocation(action)}`", default, brings.get(flag, "always"), group]
+        lines.append("| " + " | ".join([*cells, help_text, more.get(flag, "")]) + " |")
+    return "\n".join(line.replace("|  |", "| |") for line in lines) + "\n"
+
+
+# ---------------------------------------------------------------- README.md's layout
+def module_lines(readme: str) -> dict[str, str]:
+    """A rendered README's file list: each module of the package with its words."""
+    block = readme.split("## Files", 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
+    lines = block.split(f"src/{PACKAGE}/\n", 1)[1].splitlines()
+    found = {}
+    for line in lines:
+        if not line.startswith("    "):  # the package's list has ended
+            break
+        name, words = line.strip().split(None, 1)
+        found[name] = words
+    return found
+
+
+def layout_tree(rendered: Rendered) -> str:
+    """README.md's list of the package's modules: each with the answer that brings it, in
+    parentheses, and the rendered README's words for it; in a ```text block."""
+    owner = {
+        path.rsplit("/", 1)[1]: toggle.name
+        for toggle in TABLE
+        for path in owned_files(toggle.name)
+        if path.startswith(f"src/{PACKAGE}/")
+    }
+    found = [module_lines((rendered(combo) / "README.md").read_text()) for combo in SOURCES]
+    words: dict[str, str] = {}
+    for lines in found:
+        for name, text in lines.items():
+            words.setdefault(name, text)
+    out = ["```text", f"src/{PACKAGE}/"]
+    for name in merged([list(lines) for lines in found]):
+        text = f"({owner[name]}) {words[name]}" if name in owner else words[name]
+        out.append(f"    {name:<19} {text}")
+    return "\n".join([*out, "```"]) + "\n"
+
+
+TABLES = {"flags": flags_table, "layout": layout_tree}
+
+
+# ---------------------------------------------------------------- cog and the tests
+def blocks(page: Path) -> dict[str, str]:
+    """The derived tables of a page, by name, as the page has them."""
+    return {match["name"]: match["body"] for match in BLOCK.finditer(page.read_text())}
+
+
+_renders: dict[str, Path] = {}
+
+
+def _fresh(combo: Combo) -> Path:
+    """Render combo once per process into a temporary folder (for cog, outside pytest)."""
+    if combo.id not in _renders:
+        base = Path(tempfile.mkdtemp(prefix="docs-tables-"))
+        _renders[combo.id] = render_into(combo.answers, base / combo.id)
+    return _renders[combo.id]
+
+
+def table(name: str, rendered: Rendered = _fresh) -> str:
+    """The table ``name`` as the template makes it now."""
+    return TABLES[name](rendered)
