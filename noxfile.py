@@ -7,7 +7,7 @@ nox -s gpu-bundle  render the covering combinations and run.py into build/gpu-bu
 nox -s lint    ruff on the template repository's own Python
 nox -s bench   loop overhead against a bare loop and Lightning, and the suite's cost
 nox -s docs    the mkdocs site, built with --strict
-nox -s tables  rewrite the derived tables of README.md and docs/reference/flags.md (cog)
+nox -s tables  rewrite the derived tables of README.md and docs/reference/ (cog)
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ nox.options.sessions = ["lint", "tests"]
 PYTHON = sys.executable
 ROOT = Path(__file__).parent
 DEMO = ROOT / "build" / "demo"
+# The pages whose tables tests/docs_tables.py makes (README.md too).
+DERIVED = ["docs/reference/questions.md", "docs/reference/flags.md"]
 
 
 @nox.session
@@ -122,8 +124,8 @@ def bench(session: nox.Session) -> None:
 
 @nox.session
 def tables(session: nox.Session) -> None:
-    """Rewrite the derived tables (README's modules, docs/reference/flags.md) from renders."""
-    session.run(PYTHON, "-m", "cogapp", "-r", "-I", "tests", "README.md", "docs/reference/flags.md")
+    """Rewrite the derived tables (README's modules, the questions and the flags) from renders."""
+    session.run(PYTHON, "-m", "cogapp", "-r", "-I", "tests", "README.md", *DERIVED)
 
 
 @nox.session

@@ -1,5 +1,6 @@
-"""The tables of the pages that are derived, not written: the training flags of
-docs/reference/flags.md and the package's modules in README.md's layout.
+"""The tables of the pages that are derived, not written: the questions of
+docs/reference/questions.md, the training flags of docs/reference/flags.md and the package's
+modules in README.md's layout.
 
 A derived table sits in its page between cog markers (https://cog.readthedocs.io), which the
 site and GitHub do not show:
@@ -10,10 +11,12 @@ site and GitHub do not show:
 
 ``nox -s tables`` rewrites them (``cog -r``); tests/test_docs.py fails on a page whose table
 is not what this module makes now, naming the command. The facts come from where they live:
-a flag's default, group and help from its field in the rendered ``config.py``, which answer
-brings it from TABLE (tests/combos.py), a module's line from the rendered README's file list,
-which answer owns it from the template's file names. Only the flags table's *more* column is
-written by hand; it is read back from the page and kept, row by row.
+a question's type, default and condition from copier.yml; a flag's default, group and help
+from its field in the rendered ``config.py``, and which answer brings it from TABLE
+(tests/combos.py); a module's line from the rendered README's file list, and which answer
+owns it from the template's file names. Two columns are written by hand, read back from the
+page and kept row by row: the questions' *what it decides* (a new question starts with its
+copier.yml help) and the flags' *more*.
 """
 
 from __future__ import annotations
@@ -26,11 +29,23 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from combos import ALONE, DEFAULT, PACKAGE, REPO_ROOT, TABLE, Combo, chain, owned_files
+import yaml
+from combos import (
+    ALONE,
+    DEFAULT,
+    PACKAGE,
+    REPO_ROOT,
+    TABLE,
+    Combo,
+    chain,
+    owned_files,
+    questions,
+)
 from combos import render as render_into
 
 Rendered = Callable[[Combo], Path]
 FLAGS_PAGE = REPO_ROOT / "docs" / "reference" / "flags.md"
+QUESTIONS_PAGE = REPO_ROOT / "docs" / "reference" / "questions.md"
 # A table's combinations: the all-on one first, whose words and order the table takes; then
 # each answer alone, for what the all-on one lacks (a choice such as sharding's shard).
 SOURCES = [DEFAULT, *ALONE.values()]
@@ -72,14 +87,14 @@ def merged(lists: list[list[str]]) -> list[str]:
 
 # ---------------------------------------------------------------- flags.md
 def page_rows(text: str) -> dict[str, dict[str, str]]:
-    """flags.md's table, each row by column name, by flag (``--sync-bn`` for
-    ``--sync-bn / --no-sync-bn``, ``--config`` too)."""
+    """A page's table, each row by column name, by its first cell's first word (for flags.md
+    ``--sync-bn`` for ``--sync-bn / --no-sync-bn``, ``--config`` too)."""
     lines = [line for line in text.splitlines() if line[:2] == "| "]
     header = [cell.strip() for cell in lines[0].strip("|").split("|")]
     rows = {}
     for line in lines[1:]:
         row = dict(zip(header, [cell.strip() for cell in line.strip("|").split("|")], strict=True))
-        rows[row["flag"].strip("`").split()[0]] = row
+        rows[row[header[0]].strip("`").split()[0]] = row
     return rows
 
 
@@ -132,6 +147,45 @@ def flags_table(rendered: Rendered) -> str:
     return "\n".join(line.replace("|  |", "| |") for line in lines) + "\n"
 
 
+# ---------------------------------------------------------------- questions.md
+def condition(when: str) -> str:
+    """copier.yml's ``when:`` in words: ``{{ ddp and sharding != 'shard' }}`` is "ddp and
+    sharding is not shard"."""
+    words = when.strip().removeprefix("{{").removesuffix("}}").strip()
+    words = re.sub(r"\s*!=\s*'([^']*)'", r" is not \1", words)
+    return re.sub(r"\s*==\s*'([^']*)'", r" is \1", words)
+
+
+def questions_table(rendered: Rendered) -> str:
+    """questions.md's table: every question of copier.yml, in the order copier asks them."""
+    # The defaults as copier computed them (package_name's from project_name, say).
+    answers = yaml.safe_load((rendered(DEFAULT) / ".copier-answers.yml").read_text())
+    asked = {name: q for name, q in questions().items() if not name.startswith("_")}
+    decides = {
+        name: row["what it decides"] for name, row in page_rows(QUESTIONS_PAGE.read_text()).items()
+    }
+    lines = [
+        "| question | type | default | asked when | what it decides |",
+        "|---|---|---|---|---|",
+    ]
+    for name, question in asked.items():
+        choices = question.get("choices")
+        if question["type"] == "bool":
+            kind, default = "yes/no", "yes" if answers[name] else "no"
+        else:
+            values = choices.values() if isinstance(choices, dict) else choices
+            kind = ", ".join(map(str, values)) if choices else "text"
+            default = f"`{answers[name]}`" if answers[name] != "" else "empty"
+            template = str(question["default"])
+            if "{{" in template:  # computed from the answers before it
+                sources = [other for other in asked if re.search(rf"\b{other}\b", template)]
+                default = f"from {', '.join(sources)} ({default})"
+        when = condition(question["when"]) if "when" in question else "always"
+        text = decides.get(name) or " ".join(question["help"].split())
+        lines.append(f"| `{name}` | {kind} | {default} | {when} | {text} |")
+    return "\n".join(lines) + "\n"
+
+
 # ---------------------------------------------------------------- README.md's layout
 def module_lines(readme: str) -> dict[str, str]:
     """A rendered README's file list: each module of the package with its words."""
@@ -167,7 +221,7 @@ def layout_tree(rendered: Rendered) -> str:
     return "\n".join([*out, "```"]) + "\n"
 
 
-TABLES = {"flags": flags_table, "layout": layout_tree}
+TABLES = {"questions": questions_table, "flags": flags_table, "layout": layout_tree}
 
 
 # ---------------------------------------------------------------- cog and the tests

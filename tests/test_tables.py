@@ -94,14 +94,6 @@ def test_flags_page_says_which_answer_brings_each_flag(toggle: Toggle) -> None:
 
 
 @IDS
-def test_questions_page_says_when_each_is_asked(toggle: Toggle) -> None:
-    page = (REPO_ROOT / "docs" / "reference" / "questions.md").read_text()
-    row = re.search(rf"^\| `{toggle.name}` \|([^|]*)\|([^|]*)\|([^|]*)\|", page, re.MULTILINE)
-    assert row, f"questions.md: no row for {toggle.name}"
-    assert row[3].strip() == (toggle.needs or "always"), f"questions.md: {toggle.name}'s row"
-
-
-@IDS
 def test_readme_says_which_answer_brings_each_module(toggle: Toggle) -> None:
     """README.md's list of modules (derived: tests/docs_tables.py) marks each module an answer
     owns with that answer."""
