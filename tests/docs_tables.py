@@ -191,10 +191,13 @@ def module_lines(readme: str) -> dict[str, str]:
     """A rendered README's file list: each module of the package with its words."""
     block = readme.split("## Files", 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
     lines = block.split(f"src/{PACKAGE}/\n", 1)[1].splitlines()
-    found = {}
+    found: dict[str, str] = {}
     for line in lines:
         if not line.startswith("    "):  # the package's list has ended
             break
+        if line.startswith("     "):  # the last module's words go on
+            found[next(reversed(found))] += " " + line.strip()
+            continue
         name, words = line.strip().split(None, 1)
         found[name] = words
     return found
