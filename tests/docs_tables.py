@@ -233,14 +233,15 @@ def blocks(page: Path) -> dict[str, str]:
     return {match["name"]: match["body"] for match in BLOCK.finditer(page.read_text())}
 
 
+# For cog, outside pytest: each combination rendered once per process, into a temporary
+# folder that goes when the process ends.
 _renders: dict[str, Path] = {}
+_folder = tempfile.TemporaryDirectory(prefix="docs-tables-")
 
 
 def _fresh(combo: Combo) -> Path:
-    """Render combo once per process into a temporary folder (for cog, outside pytest)."""
     if combo.id not in _renders:
-        base = Path(tempfile.mkdtemp(prefix="docs-tables-"))
-        _renders[combo.id] = render_into(combo.answers, base / combo.id)
+        _renders[combo.id] = render_into(combo.answers, Path(_folder.name) / combo.id)
     return _renders[combo.id]
 
 
