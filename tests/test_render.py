@@ -12,6 +12,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+import vulture
 import yaml
 from combos import ALL, BY_ID, DEFAULT, PACKAGE, TABLE, Combo, describe, expected_files, render
 
@@ -107,6 +108,61 @@ def test_switched_off_toggles_leave_no_trace(rendered, combo: Combo) -> None:
         if pattern.search(line)
     ]
     assert not found, "traces of switched-off toggles:\n" + "\n".join(found)
+
+
+# Names a library calls: torch a module's forward, pytest its hooks and marks,
+# multiprocessing the feeder-error hook of its queues.
+CALLED_BY_LIBRARIES = ("forward", "pytestmark", "pytest_*", "_on_queue_feeder_error")
+
+
+def test_no_render_leaves_code_unused(every_render: dict[str, Path]) -> None:
+    """No combination defines a function, method, class or variable it never uses: what an
+    answer switched off leaves behind when it takes a helper's last caller with it. vulture
+    finds them (down to its 60% confidence; the rendered pyproject asks 80%, for a user's own
+    code). What it cannot see counts as a use: a name in a string that is not a docstring
+    (the tests' hooks are Python source in strings, `usefixtures` names a fixture), an
+    autouse fixture, the names torch and pytest call (`forward`, `pytestmark`, `pytest_*`
+    hooks), and the hook data.py sets on multiprocessing's Queue for multiprocessing to call."""
+    left = []
+    for name, root in every_render.items():
+        files = sorted((root / "src").rglob("*.py")) + sorted((root / "tests").rglob("*.py"))
+        scanner = vulture.Vulture(ignore_names=list(CALLED_BY_LIBRARIES))
+        scanner.scavenge([str(path) for path in files])
+        called = set().union(*(unseen_uses(path.read_text()) for path in files))
+        left += [
+            f"{name}: {Path(item.filename).relative_to(root)}:{item.first_lineno}: {item.message}"
+            for item in scanner.get_unused_code(min_confidence=60)
+            if item.name not in called
+        ]
+    assert not left, "unused code:\n" + "\n".join(left)
+
+
+def unseen_uses(source: str) -> set[str]:
+    """The words of a module's strings other than docstrings, and its autouse fixtures."""
+    tree = ast.parse(source)
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    words = {
+        word
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+        if id(node) not in docstrings
+        for word in re.findall(r"\w+", node.value)
+    }
+    autouse = {
+        node.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef)
+        for decorator in node.decorator_list
+        if "autouse=True" in ast.unparse(decorator)
+    }
+    return words | autouse
 
 
 @COMBOS
