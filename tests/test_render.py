@@ -119,10 +119,11 @@ def test_no_render_leaves_code_unused(every_render: dict[str, Path]) -> None:
     """No combination defines a function, method, class or variable it never uses: what an
     answer switched off leaves behind when it takes a helper's last caller with it. vulture
     finds them (down to its 60% confidence; the rendered pyproject asks 80%, for a user's own
-    code). What it cannot see counts as a use: a name in a string that is not a docstring
-    (the tests' hooks are Python source in strings, `usefixtures` names a fixture), an
-    autouse fixture, the names torch and pytest call (`forward`, `pytestmark`, `pytest_*`
-    hooks), and the hook data.py sets on multiprocessing's Queue for multiprocessing to call."""
+    code). What it cannot see counts as a use: a string that is a name (`usefixtures`), a
+    name in a string of several lines that is not a docstring (the tests' hooks are Python
+    source in strings), an autouse fixture, the names torch and pytest call (`forward`,
+    `pytestmark`, `pytest_*` hooks), and the hook data.py sets on multiprocessing's Queue for
+    multiprocessing to call."""
     left = []
     for name, root in every_render.items():
         files = sorted((root / "src").rglob("*.py")) + sorted((root / "tests").rglob("*.py"))
@@ -138,7 +139,8 @@ def test_no_render_leaves_code_unused(every_render: dict[str, Path]) -> None:
 
 
 def unseen_uses(source: str) -> set[str]:
-    """The words of a module's strings other than docstrings, and its autouse fixtures."""
+    """The names a module uses where vulture does not look: strings that are a name, the
+    words of its strings of several lines but its docstrings, and its autouse fixtures."""
     tree = ast.parse(source)
     docstrings = {
         id(node.body[0].value)
@@ -148,13 +150,14 @@ def unseen_uses(source: str) -> set[str]:
         and isinstance(node.body[0], ast.Expr)
         and isinstance(node.body[0].value, ast.Constant)
     }
-    words = {
-        word
+    strings = [
+        node.value
         for node in ast.walk(tree)
         if isinstance(node, ast.Constant) and isinstance(node.value, str)
         if id(node) not in docstrings
-        for word in re.findall(r"\w+", node.value)
-    }
+    ]
+    words = {text for text in strings if text.isidentifier()}
+    words |= {word for text in strings if "\n" in text for word in re.findall(r"\w+", text)}
     autouse = {
         node.name
         for node in ast.walk(tree)
