@@ -19,8 +19,11 @@ def runs_slow_tests(combo: Combo) -> bool:
     alone run everything. The other combinations run their fast tests only: their slow tests
     (signals to process trees, full disks, resumes in new processes) repeat the all-on
     project's nearly step for step, and running them in every suite would double CI's time.
+    On the CPU sync_bn alone is no exception: SyncBatchNorm runs on CUDA alone, so there its
+    slow tests would run ddp alone's code, test for test (about 100 s of CI).
     """
-    return combo in [ALL_ON, ALL_OFF, *ALONE.values(), MOST["sharding"]]
+    repeats_ddp_alone = DEVICE == "cpu" and combo == ALONE["sync_bn"]
+    return combo in [ALL_ON, ALL_OFF, *ALONE.values(), MOST["sharding"]] and not repeats_ddp_alone
 
 
 @pytest.mark.parametrize("combo", COVERING, ids=lambda combo: combo.id)
