@@ -30,7 +30,7 @@ def runs_slow_tests(combo: Combo) -> bool:
 # all-off suites run them, the others leave them out. The descriptor test loads through
 # data.py's hand-over with a DataLoader of its own; only the signals a worker leaves to the
 # main process and the message's resume hint differ between renders (about 30 s a suite).
-SAME_IN_EVERY_RENDER = [
+ALL_ON_AND_OFF_ONLY = [
     "tests/test_data.py::test_a_worker_short_of_file_descriptors_fails_the_load_and_never_hangs",
 ]
 
@@ -46,7 +46,7 @@ def test_rendered_project_suite_passes(rendered, combo: Combo, tmp_path: Path) -
     # -m "" clears the rendered pyproject's default -m "not slow": every test runs.
     select = ["-m", ""] if runs_slow_tests(combo) else ["-m", "not slow"]
     if combo not in (ALL_ON, ALL_OFF):
-        select += [f"--deselect={test}" for test in SAME_IN_EVERY_RENDER]
+        select += [f"--deselect={test}" for test in ALL_ON_AND_OFF_ONLY]
     result = run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *select],
         cwd=root,
