@@ -36,6 +36,13 @@ NEW_FILE = f"{SRC}/summary.py"  # the file that v0.2.0 adds
 PRE_COMMIT = "template/.pre-commit-config.yaml.jinja"  # v0.2.0 appends a comment to it
 PRE_COMMIT_CHANGE = "# v0.2.0: a template change to a file the user may delete\n"
 
+# The files a user replaces whole (the seams, whose contract is seams.py), and the line v0.4.0
+# adds to every other module of the package.
+SEAMS = ("data.py", "model.py", "loss.py")
+MACHINERY_CHANGE = "# v0.4.0: a change to the machinery\n"
+# The seams of the layout before this one: data.py and model.py also held machinery.
+OLD_DATA = f"{SRC}/data.py.jinja"
+
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
 GIT += ["-c", "tag.gpgsign=false", "-c", "init.defaultBranch=main", "-c", "core.autocrlf=false"]
 
@@ -210,6 +217,13 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     commit_all(repo, "Checkpoint format bumped")
     git(repo, "tag", "v0.3.0")
+
+    # v0.4.0: a change to every machinery module of the package, none to the seams.
+    for path in sorted((repo / SRC).iterdir()):
+        if path.suffix in (".py", ".jinja") and path.name not in SEAMS:
+            path.write_text(path.read_text() + MACHINERY_CHANGE)
+    commit_all(repo, "A change to every machinery module")
+    git(repo, "tag", "v0.4.0")
     return repo
 
 
@@ -503,3 +517,162 @@ def test_deleted_file_stays_deleted_and_misses_the_template_change(render_at, tm
     status = git(project, "status", "--porcelain")
     assert ".pre-commit-config.yaml" not in status, status  # nothing to see: hence the message
     assert "Files you deleted or moved" in said, said
+
+
+# ------------------------------------------------------------ the seams: yours, replaced whole
+# A user's own task through the seams only: a table of 6 features, 3 classes, an MLP and a
+# loss of their own. Nothing here comes from the example.
+MY_DATA = '''"""My data: a table of six features whose sum decides the class."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import Dataset, TensorDataset
+
+from .config import Config
+
+
+def make_datasets(config: Config) -> tuple[Dataset, Dataset, int]:
+    g = torch.Generator().manual_seed(7)
+    features = torch.randn(config.train_size + config.val_size, 6, generator=g) * 3 + 1
+    labels = (features.sum(dim=1) > 6).long() + (features.sum(dim=1) > 9).long()
+    train = TensorDataset(features[: config.train_size], labels[: config.train_size])
+    val = TensorDataset(features[config.train_size :], labels[config.train_size :])
+    return train, val, 3
+
+
+def augment(row: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
+    return row + 0.01 * torch.from_numpy(rng.standard_normal(row.shape)).to(row.dtype)
+
+
+class Standardize(nn.Module):
+    def __init__(self, mean: torch.Tensor, std: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("mean", mean)
+        self.register_buffer("std", std)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - self.mean) / self.std
+
+
+def preprocess(config: Config, train_set: Dataset) -> nn.Module:
+    rows = torch.stack([train_set[i][0] for i in range(len(train_set))])  # type: ignore[arg-type]
+    return Standardize(rows.mean(dim=0), rows.std(dim=0).clamp(min=1e-6))
+'''
+MY_MODEL = '''"""My model: an MLP."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from .config import Config
+
+
+def build_model(config: Config, num_classes: int, in_channels: int) -> nn.Module:
+    hidden = 4 * config.width
+    return nn.Sequential(nn.Linear(in_channels, hidden), nn.ReLU(), nn.Linear(hidden, num_classes))
+'''
+MY_LOSS = '''"""My loss: cross-entropy, summed."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def summed_loss(
+    logits: torch.Tensor, targets: torch.Tensor, label_smoothing: float = 0.0
+) -> torch.Tensor:
+    logits = logits.float()
+    return F.cross_entropy(logits, targets, reduction="sum", label_smoothing=label_smoothing)
+'''
+MINE = {"data.py": MY_DATA, "model.py": MY_MODEL, "loss.py": MY_LOSS}
+
+
+def replace_seams(project: Path) -> None:
+    for name, text in MINE.items():
+        (project / "src" / PACKAGE / name).write_text(text)
+
+
+def project_suite(project: Path) -> subprocess.CompletedProcess:
+    """The project's fast tests and a short training run, as its user runs them."""
+    env = {**os.environ, "PYTHONPATH": str(project / "src"), "OMP_NUM_THREADS": "1"}
+    env.pop("PYTEST_XDIST_WORKER", None)
+    command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p"]
+    command += ["no:xdist", "tests"]
+    return subprocess.run(
+        command, cwd=project, env=env, capture_output=True, text=True, timeout=900
+    )
+
+
+def assert_suite_passes(project: Path) -> None:
+    done = project_suite(project)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    run = [sys.executable, "-m", f"{PACKAGE}.train", *SHORT_RUN, "--out-dir", "runs/mine"]
+    env = {**os.environ, "PYTHONPATH": str(project / "src"), "OMP_NUM_THREADS": "1"}
+    trained = subprocess.run(run, cwd=project, env=env, capture_output=True, text=True)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+
+
+def test_an_update_leaves_replaced_seams_alone(render_at, tmp_path: Path):
+    """Seams replaced whole by code of the user's own; the template then changes every
+    machinery module: the update has no conflict, leaves the seams byte for byte, brings
+    every machinery change, and the project's suite passes on the user's task."""
+    project = render_at("v0.3.0", tmp_path / "project")
+    commit_all(project, "Render the template")
+    replace_seams(project)
+    commit_all(project, "My data, model and loss")
+
+    update(project, "v0.4.0")
+    assert_no_conflicts(project)
+    pkg = project / "src" / PACKAGE
+    for name, text in MINE.items():
+        assert (pkg / name).read_text() == text, f"the update changed {name}"
+    machinery = [p for p in pkg.glob("*.py") if p.name not in SEAMS]
+    assert len(machinery) > 10
+    missed = [p.name for p in machinery if not p.read_text().endswith(MACHINERY_CHANGE)]
+    assert not missed, f"the machinery change did not arrive in {missed}"
+    status = git(project, "status", "--porcelain")
+    assert not [line for line in status.splitlines() if line[3:].endswith(SEAMS)], status
+    assert_suite_passes(project)
+
+
+@pytest.fixture(scope="module")
+def old_layout(template: Path) -> str:
+    """The tag of the last template commit of the layout before the seams: v0.0.1."""
+    last = git(template, "rev-list", "-1", "v0.1.0", "--", OLD_DATA).strip()
+    if not last:
+        pytest.skip("this clone has no history of the layout before the seams")
+    exists = subprocess.run(["git", "cat-file", "-e", f"{last}:{OLD_DATA}"], cwd=template)
+    git(template, "tag", "v0.0.1", last if exists.returncode == 0 else f"{last}^")
+    return "v0.0.1"
+
+
+def test_update_from_the_layout_before_the_seams(render_at, old_layout: str, tmp_path: Path):
+    """A project of the layout before this one, whose user replaced the example in data.py
+    and model.py: the one-time move may conflict there, and nowhere else; resolved as
+    docs/versioning.md says (keep your functions, delete the rest), the project passes."""
+    project = render_at(old_layout, tmp_path / "project")
+    commit_all(project, "Render the template")
+    pkg = project / "src" / PACKAGE
+    # As the old docs said: define the functions again at the end of the file.
+    for name in ("data.py", "model.py"):
+        own = "from torch.utils.data import TensorDataset\n"
+        own += MINE[name].split("from .config import Config\n", 1)[1]
+        (pkg / name).write_text((pkg / name).read_text() + "\n# my own:\n" + own)
+    commit_all(project, "My data and model")
+
+    run_update(project, vcs_ref="v0.4.0", defaults=True, overwrite=True, unsafe=False, quiet=True)
+    conflicted = [
+        name
+        for name, (data, _) in tree(project).items()
+        if CONFLICT.search(data) or name.endswith((".rej", ".orig"))
+    ]
+    assert set(conflicted) <= {f"src/{PACKAGE}/{name}" for name in SEAMS}, conflicted
+    # The move, as docs/versioning.md says: keep your functions, delete everything else.
+    for name in ("data.py", "model.py"):
+        (pkg / name).write_text(MINE[name])
+    assert (pkg / "loading.py").exists() and (pkg / "seams.py").exists()
+    assert_suite_passes(project)

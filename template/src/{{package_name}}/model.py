@@ -1,6 +1,7 @@
-"""The model: the function to replace, then what the model flags ask of any model.
+"""Your model: ``build_model``, and the example it builds.
 
-The contract with ``train.py`` is small: ``build_model(config, num_classes, in_channels)``
+This file is yours: replace it whole with your own. Its contract, written in ``seams.py``
+and checked at start, is small: ``build_model(config, num_classes, in_channels)``
 returns an ``nn.Module`` that maps a batch of inputs to logits. ``train.py`` reads
 ``in_channels`` from the first training input (its first dimension), so a dataset with
 another number of channels needs no change here. Two flags need more of the model, and
@@ -20,7 +21,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .config import Config, ConfigError
+from .config import Config
 
 
 class ConvBlock(nn.Module):
@@ -83,61 +84,3 @@ class Classifier(nn.Module):
 def build_model(config: Config, num_classes: int, in_channels: int) -> nn.Module:
     """The model that ``config`` asks for, for inputs of ``in_channels`` channels."""
     return Classifier(num_classes, in_channels, width=config.width, dropout=config.dropout)
-
-
-# ------------------------------------------- the machinery: keep it for any model
-
-
-def apply_flags(model: nn.Module, config: Config) -> nn.Module:
-    """``model`` with --activation-checkpointing and --freeze-backbone applied, or a
-    ConfigError naming what the model lacks for a flag that is set."""
-    if config.activation_checkpointing:
-        if not callable(getattr(model, "set_activation_checkpointing", None)):
-            raise ConfigError(
-                "activation_checkpointing",
-                f"the model ({type(model).__name__}) has no set_activation_checkpointing"
-                "(enabled) method; add one (see model.py) or leave the flag off",
-            )
-        model.set_activation_checkpointing(True)  # type: ignore[operator]
-    if config.freeze_backbone:
-        parts = [getattr(model, name, None) for name in ("backbone", "head")]
-        if not all(isinstance(part, nn.Module) for part in parts):
-            raise ConfigError(
-                "freeze_backbone",
-                f"the model ({type(model).__name__}) has no backbone and head submodules; "
-                "name them so (see model.py) or leave the flag off",
-            )
-        freeze(parts[0])  # type: ignore[arg-type]
-    return model
-
-
-def freeze(backbone: nn.Module) -> None:
-    """Stop training ``backbone``, BatchNorm statistics included."""
-    backbone.requires_grad_(False)
-    # requires_grad_(False) alone still lets BatchNorm update its running statistics in
-    # train mode, so before every forward pass the frozen backbone goes back to eval mode,
-    # whatever model.train() set.
-    backbone.register_forward_pre_hook(_stay_in_eval)
-
-
-def _stay_in_eval(module: nn.Module, _inputs: tuple) -> None:
-    if module.training:
-        module.eval()
-
-
-class Preprocessed(nn.Module):
-    """The model behind the data's ``preprocess``: what every command and an exported
-    program run, so that they all take the raw inputs that ``make_datasets`` yields."""
-
-    def __init__(self, preprocess: nn.Module, model: nn.Module) -> None:
-        super().__init__()
-        self.preprocess = preprocess
-        self.model = model
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.model(self.preprocess(x))
-
-
-def with_preprocess(model: nn.Module, preprocess: nn.Module) -> nn.Module:
-    """``model`` behind ``preprocess``; ``model`` itself when the data needs none."""
-    return model if isinstance(preprocess, nn.Identity) else Preprocessed(preprocess, model)
