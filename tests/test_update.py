@@ -559,7 +559,7 @@ class Standardize(nn.Module):
 
 def preprocess(config: Config, train_set: Dataset) -> nn.Module:
     rows = torch.stack([train_set[i][0] for i in range(len(train_set))])  # type: ignore[arg-type]
-    return Standardize(rows.mean(dim=0), rows.std(dim=0).clamp(min=1e-6))
+    return Standardize(rows.mean(dim=0), rows.std(dim=0, correction=0).clamp(min=1e-3))
 '''
 MY_MODEL = '''"""My model: an MLP."""
 
@@ -636,7 +636,15 @@ def test_an_update_leaves_replaced_seams_alone(render_at, tmp_path: Path):
     assert not missed, f"the machinery change did not arrive in {missed}"
     status = git(project, "status", "--porcelain")
     assert not [line for line in status.splitlines() if line[3:].endswith(SEAMS)], status
+    change_defaults(pkg / "config.py")  # defaults are the user's too: the tests follow them
     assert_suite_passes(project)
+
+
+def change_defaults(config: Path) -> None:
+    """Other defaults for the settings a user changes first: lr, epochs, batch and width."""
+    for field, new in [("epochs", "3"), ("lr", "2e-3"), ("width", "12")]:
+        edit(config, rf"^( +{field}: \w+ = option\()([^,]+)", lambda m, new=new: m[1] + new, field)
+    edit(config, r"^( +batch_size: int = option\(\n +)(\d+)", lambda m: m[1] + "48", "batch")
 
 
 @pytest.fixture(scope="module")
