@@ -54,7 +54,7 @@ PADDING = (
 MUTATIONS = [
     Mutation(
         "DataLoader workers start with the stop signals not held",
-        "data.py",
+        "loading.py",
         "held = signal.pthread_sigmask(signal.SIG_BLOCK, LEFT_TO_MAIN)",
         "held = signal.pthread_sigmask(signal.SIG_BLOCK, [])",
         "test_checkpoint.py::test_a_stop_while_the_workers_start_is_a_stop_like_any_other",
@@ -62,15 +62,15 @@ MUTATIONS = [
     Mutation(
         "loss divided by --batch-size, not the step's samples",
         "train.py",
-        "loss = summed / (samples / run.env.world_size)",
-        "loss = summed / (run.config.batch_size / run.env.world_size)",
+        "share = summed / (samples / run.env.world_size)",
+        "share = summed / (run.config.batch_size / run.env.world_size)",
         "test_grad_accum.py",
     ),
     Mutation(
         "loss divided by the batch's own samples (each process's mean), not the step's",
         "train.py",
-        "loss = summed / (samples / run.env.world_size)",
-        "loss = summed / max(len(y), 1)",  # each process's own mean, then DDP's average
+        "share = summed / (samples / run.env.world_size)",
+        "share = summed / max(len(y), 1)",  # each process's own mean, then DDP's average
         ANY_COUNT,
     ),
     Mutation(
@@ -149,14 +149,14 @@ MUTATIONS = [
     ),
     Mutation(
         "set_epoch is a no-op",
-        "data.py",
+        "loading.py",
         "        self.epoch = epoch\n",
         "        pass\n",
         "test_data.py",
     ),
     Mutation(
         "augmentation ignores the epoch",
-        "data.py",
+        "loading.py",
         "np.random.default_rng((self.seed, epoch, index))",
         "np.random.default_rng((self.seed, index))",
         "test_data.py",
@@ -170,7 +170,7 @@ MUTATIONS = [
     ),
     Mutation(
         "frozen backbone follows model.train()",
-        "model.py",
+        "network.py",
         "        module.eval()\n",
         "        pass\n",
         "test_frozen_backbone.py",
@@ -213,8 +213,8 @@ MUTATIONS = [
     Mutation(
         "validation's loss takes the training's label smoothing",
         "validation.py",
-        "totals[0] += summed_loss(logits, y)",
-        "totals[0] += summed_loss(logits, y, 0.1)",
+        "totals[0] += loss.summed_loss(logits, y)",
+        "totals[0] += loss.summed_loss(logits, y, 0.1)",
         "test_training_options.py::test_label_smoothing_trains_with_it_and_validates_without",
     ),
     Mutation(
