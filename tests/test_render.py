@@ -59,6 +59,65 @@ def test_every_python_file_compiles(every_render: dict[str, Path]) -> None:
     assert not errors, "\n".join(errors)
 
 
+# The private names a rendered package may reach, each listed with its reason in
+# docs/reference/beyond-public-api.md: (module file, name).
+BEYOND_THE_PUBLIC_API = {
+    ("sharding.py", name)
+    for name in ("_collective_utils", "_redistribute", "_op_dispatcher", "_gen_transform_infos")
+    + ("_propagate_tensor_meta_cached", "_clear_DTensor_sharding_propagator_cache", "_C")
+    + ("_orig_mod", "_StorageInfo", "_MEM_FORMAT_ENCODING", "_get_layout")
+} | {("distributed.py", "_orig_mod")}
+
+
+def private_uses(source: str) -> list[tuple[int, str]]:
+    """Where ``source`` imports ctypes, imports a private module or name, or reads or sets
+    another module's private attribute (``os._exit`` is public)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "ctypes"]
+            found += [(node.lineno, a.name) for a in node.names if private(a.name)]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module, *(a.name for a in node.names)]
+            found += [(node.lineno, name) for name in names if private(name)]
+        elif isinstance(node, ast.Attribute) and private(node.attr) and node.attr != "_exit":
+            if not (isinstance(node.value, ast.Name) and node.value.id == "self"):
+                found.append((node.lineno, node.attr))
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) in NAMED_ATTRIBUTE:
+            named = [a.value for a in node.args[1:2] if isinstance(a, ast.Constant)]
+            found += [(node.lineno, name) for name in named if private(str(name))]
+        elif isinstance(node, ast.Constant) and re.fullmatch(TORCH_NAME, str(node.value)):
+            found.append((node.lineno, str(node.value)))  # a name for torch's allowlist
+    return found
+
+
+NAMED_ATTRIBUTE = ("getattr", "setattr", "hasattr", "delattr")
+# A private class or function named in a string ("_StorageInfo", "_get_layout"), not a key
+# such as the answers file's "_commit".
+TORCH_NAME = r"_[A-Z]\w*|_[a-z]\w*_\w*"
+
+
+def private(name: str) -> bool:
+    return any(part.startswith("_") and not part.startswith("__") for part in name.split("."))
+
+
+def test_rendered_code_uses_public_mechanisms(every_render: dict[str, Path]) -> None:
+    """No ctypes, no private module or attribute of torch or the standard library, in any
+    package file of any combination, but the places docs/reference/beyond-public-api.md
+    lists."""
+    seen: dict[bytes, Path] = {}
+    for root in every_render.values():
+        for path in (root / "src" / PACKAGE).glob("*.py"):
+            seen.setdefault(path.read_bytes(), path)
+    offending = [
+        f"{path}:{line}: {name}"
+        for source, path in seen.items()
+        for line, name in private_uses(source.decode())
+        if (path.name, name) not in BEYOND_THE_PUBLIC_API
+    ]
+    assert not offending, "\n".join(offending)
+
+
 @pytest.mark.parametrize("command", [["check"], ["format", "--check"]], ids=["check", "format"])
 def test_ruff_clean(every_render: dict[str, Path], command: list[str]) -> None:
     """One ruff over every render: each file under its own project's settings (ruff finds
