@@ -31,7 +31,7 @@ def runs_slow_tests(combo: Combo) -> bool:
 # data.py's hand-over with a DataLoader of its own; only the signals a worker leaves to the
 # main process and the message's resume hint differ between renders (about 30 s a suite).
 ALL_ON_AND_OFF_ONLY = [
-    "tests/test_data.py::test_a_worker_short_of_file_descriptors_fails_the_load_and_never_hangs",
+    "tests/test_loading.py::test_a_worker_short_of_file_descriptors_fails_the_load_and_never_hangs",
 ]
 
 

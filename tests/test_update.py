@@ -39,6 +39,8 @@ PRE_COMMIT_CHANGE = "# v0.2.0: a template change to a file the user may delete\n
 # The files a user replaces whole (the seams, whose contract is seams.py), and the line v0.4.0
 # adds to every other module of the package.
 SEAMS = ("data.py", "model.py", "loss.py")
+# The test files of the user's own code, theirs as the seams are; every other one is machinery.
+SEAM_TESTS = ("test_data.py", "test_model.py", "test_loss.py")
 MACHINERY_CHANGE = "# v0.4.0: a change to the machinery\n"
 # The seams of the layout before this one: data.py and model.py also held machinery.
 OLD_DATA = f"{SRC}/data.py.jinja"
@@ -222,7 +224,10 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for path in sorted((repo / SRC).iterdir()):
         if path.suffix in (".py", ".jinja") and path.name not in SEAMS:
             path.write_text(path.read_text() + MACHINERY_CHANGE)
-    commit_all(repo, "A change to every machinery module")
+    for path in sorted((repo / "template" / "tests").iterdir()):
+        if path.name.removesuffix(".jinja") not in SEAM_TESTS:
+            path.write_text(path.read_text() + MACHINERY_CHANGE)
+    commit_all(repo, "A change to every machinery module and machinery test")
     git(repo, "tag", "v0.4.0")
     return repo
 
@@ -589,11 +594,20 @@ def summed_loss(
     return F.cross_entropy(logits, targets, reduction="sum", label_smoothing=label_smoothing)
 '''
 MINE = {"data.py": MY_DATA, "model.py": MY_MODEL, "loss.py": MY_LOSS}
+# A check of the user's own, added to the test file of their data.
+MY_TEST = """
+
+def test_my_table_has_six_features():
+    train_set, _, _ = samples.project_data()
+    assert train_set[0][0].shape == (6,)
+"""
 
 
 def replace_seams(project: Path) -> None:
     for name, text in MINE.items():
         (project / "src" / PACKAGE / name).write_text(text)
+    with (project / "tests" / "test_data.py").open("a") as tests:
+        tests.write(MY_TEST)
 
 
 def project_suite(project: Path) -> subprocess.CompletedProcess:
@@ -625,17 +639,22 @@ def test_an_update_leaves_replaced_seams_alone(render_at, tmp_path: Path):
     replace_seams(project)
     commit_all(project, "My data, model and loss")
 
+    yours = {p: p.read_bytes() for name in SEAM_TESTS for p in [project / "tests" / name]}
     update(project, "v0.4.0")
     assert_no_conflicts(project)
     pkg = project / "src" / PACKAGE
     for name, text in MINE.items():
         assert (pkg / name).read_text() == text, f"the update changed {name}"
+    for path, before in yours.items():
+        assert path.read_bytes() == before, f"the update changed tests/{path.name}"
     machinery = [p for p in pkg.glob("*.py") if p.name not in SEAMS]
-    assert len(machinery) > 10
+    machinery += [p for p in (project / "tests").glob("*.py") if p.name not in SEAM_TESTS]
+    assert len(machinery) > 20
     missed = [p.name for p in machinery if not p.read_text().endswith(MACHINERY_CHANGE)]
     assert not missed, f"the machinery change did not arrive in {missed}"
     status = git(project, "status", "--porcelain")
-    assert not [line for line in status.splitlines() if line[3:].endswith(SEAMS)], status
+    touched = [line for line in status.splitlines() if line[3:].endswith(SEAMS + SEAM_TESTS)]
+    assert not touched, status
     change_defaults(pkg / "config.py")  # defaults are the user's too: the tests follow them
     assert_suite_passes(project)
 

@@ -24,7 +24,7 @@ model.py
     (``--activation-checkpointing``).
 loss.py
     ``summed_loss(logits, targets, label_smoothing=0.0) -> tensor``: the batch's loss summed
-    over its samples (not their mean), a 0-d float tensor.
+    over its samples (not their mean), a 0-d float32 tensor whatever the logits' dtype.
 
 A change of this contract is a change you must make: the CHANGELOG's "What you must do"
 says which, and this check names it.
