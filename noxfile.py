@@ -1,6 +1,7 @@
 """Sessions for the template repository: `nox -s tests` is what CI runs.
 
 nox -s tests   render every toggle combination, check it, and train each one on the CPU
+nox -s quick   the contributor's loop: all on and all off, fast suites, lint, one mypy, docs
 nox -s gpu     the end-to-end and project-suite tests again on CUDA (skips without a GPU)
 nox -s demo    render the default project into build/demo and train it
 nox -s gpu-bundle  render the covering combinations and run.py into build/gpu-bundle
@@ -28,6 +29,7 @@ nox.options.sessions = ["lint", "tests"]
 PYTHON = sys.executable
 ROOT = Path(__file__).parent
 DEMO = ROOT / "build" / "demo"
+DURATIONS = ROOT / "build" / "test-durations.xml"
 # The pages whose tables tests/docs_tables.py makes (README.md too).
 DERIVED = ["docs/reference/questions.md", "docs/reference/flags.md"]
 
@@ -48,6 +50,30 @@ def tests(session: nox.Session) -> None:
         "worksteal",
         "-p",
         "no:cacheprovider",
+        # Each test's seconds, for `python benchmarks/suite_cost.py --report` (.ci/run prints it).
+        f"--junitxml={DURATIONS}",
+        *session.posargs,
+        env={"OMP_NUM_THREADS": "1"},
+    )
+
+
+@nox.session
+def quick(session: nox.Session) -> None:
+    """The contributor's loop, before a push: the all-on and all-off renders (rendered and
+    checked, trained end to end, their fast suites), one mypy run, the docs and tables checks,
+    and lint. `nox -s tests` (CI) runs everything."""
+    lint(session)
+    session.run(
+        PYTHON,
+        "-m",
+        "pytest",
+        "-n",
+        "auto",
+        "--dist",
+        "worksteal",
+        "-p",
+        "no:cacheprovider",
+        "--quick",
         *session.posargs,
         env={"OMP_NUM_THREADS": "1"},
     )

@@ -1,6 +1,14 @@
-"""What the end-to-end test matrix costs per toggle combination, and how it grows.
+"""What the end-to-end test matrix costs per toggle combination, and how it grows; and what
+one run of the template's suite cost, per test file and per rendered suite.
 
     python benchmarks/suite_cost.py          # about a minute on 2 CPU cores
+    python benchmarks/suite_cost.py --report build/test-durations.xml
+
+``--report`` reads the JUnit XML that ``nox -s tests`` writes (CI's run, ``.ci/run`` prints
+the report after it) and prints, longest first, the seconds of each test file (the sum of
+its tests' durations, which is the work the 2 test processes share, not the wall time), the
+share of the whole, and each rendered project's suite (tests/test_project_suites.py, one
+line a combination). Compare two runs' reports to see what a change added.
 
 For k = 1, 2 and 4 combinations it renders each combination from the working tree (as the
 tests do, with tests/combos.py) and trains it end to end as the end-to-end tests do
@@ -106,5 +114,35 @@ def default_pytest() -> None:
     print(f"default_pytest_wall_s={wall:.1f} default_pytest_cpu_s={cpu:.1f} load_1min={load:.1f}")
 
 
+def report(junit_xml: Path) -> None:
+    """Seconds per test file and per rendered suite, from one run's JUnit XML."""
+    import xml.etree.ElementTree as ET
+    from collections import Counter
+
+    per_file: Counter[str] = Counter()
+    per_suite: Counter[str] = Counter()
+    tests: Counter[str] = Counter()
+    for case in ET.parse(junit_xml).iter("testcase"):
+        seconds = float(case.get("time", 0))
+        file = case.get("classname", "?").replace(".", "/") + ".py"
+        per_file[file] += seconds
+        tests[file] += 1
+        name = case.get("name", "")
+        if file.endswith("test_project_suites.py") and "[" in name:
+            per_suite[name[name.index("[") + 1 : -1]] += seconds
+    total = sum(per_file.values())
+    print(f"{total:8.0f} s in all, {sum(tests.values())} tests, {junit_xml}")
+    print(f"{'seconds':>8} {'share':>6} {'tests':>6}  file")
+    for file, seconds in per_file.most_common():
+        print(f"{seconds:8.0f} {seconds / total:6.1%} {tests[file]:6d}  {file}")
+    if per_suite:
+        print(f"\n{'seconds':>8}  rendered project suite (tests/test_project_suites.py)")
+        for suite, seconds in per_suite.most_common():
+            print(f"{seconds:8.0f}  {suite}")
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--report"]:
+        report(Path(sys.argv[2]))
+    else:
+        main()

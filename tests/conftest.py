@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from combos import DEVICE, Combo, render  # noqa: E402
+from combos import ALL_OFF, ALL_ON, DEVICE, Combo, render  # noqa: E402
 
 # The modules whose tests take longest, longest first (their summed seconds in a CI run on 2
 # cores: project suites 1360, bare environment 370, mutations 340, own data 200, mypy 200,
@@ -34,9 +34,43 @@ LONGEST_FIRST = [
 ]
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+# `nox -s quick` (pytest --quick): the contributor's loop. These modules run whole; those of
+# QUICK_PER_COMBO for the all-on and all-off renders alone (test_render's checks of every
+# render too, ruff and the public-mechanisms scan among them), the project suites' fast tier
+# only (test_project_suites) and mypy once (test_typecheck).
+QUICK_MODULES = ["test_docs", "test_tables", "test_template_jinja"]
+QUICK_PER_COMBO = ["test_render", "test_e2e", "test_project_suites", "test_typecheck"]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--quick",
+        action="store_true",
+        help="nox -s quick: the all-on and all-off renders, their fast suites, one mypy run, "
+        "the docs checks",
+    )
+
+
+def quick_keeps(item: pytest.Item) -> bool:
+    """Whether `pytest --quick` runs this test."""
+    name = item.path.stem
+    if name in QUICK_MODULES:
+        return True
+    if name not in QUICK_PER_COMBO:
+        return False
+    if name == "test_typecheck" or "every_render" in getattr(item, "fixturenames", ()):
+        return True  # one mypy run, and every_render's two renders, under --quick
+    combo = getattr(item, "callspec", None) and item.callspec.params.get("combo")
+    return combo in (ALL_ON, ALL_OFF)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """LONGEST_FIRST's modules first, in that order; a module's tests stay together (its
-    fixtures are set up once) and in their own order."""
+    fixtures are set up once) and in their own order. Under --quick, only quick_keeps'."""
+    if config.getoption("--quick"):
+        dropped = [item for item in items if not quick_keeps(item)]
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if quick_keeps(item)]
 
     def rank(item: pytest.Item) -> int:
         name = item.path.stem

@@ -26,17 +26,8 @@ def runs_slow_tests(combo: Combo) -> bool:
     return combo in [ALL_ON, ALL_OFF, *ALONE.values(), MOST["sharding"]] and not repeats_ddp_alone
 
 
-# Slow tests whose code comes in two variants, with and without checkpointing: the all-on and
-# all-off suites run them, the others leave them out. The descriptor test loads through
-# data.py's hand-over with a DataLoader of its own; only the signals a worker leaves to the
-# main process and the message's resume hint differ between renders (about 30 s a suite).
-ALL_ON_AND_OFF_ONLY = [
-    "tests/test_loading.py::test_a_worker_short_of_file_descriptors_fails_the_load_and_never_hangs",
-]
-
-
 @pytest.mark.parametrize("combo", COVERING, ids=lambda combo: combo.id)
-def test_rendered_project_suite_passes(rendered, combo: Combo, tmp_path: Path) -> None:
+def test_rendered_project_suite_passes(request, rendered, combo: Combo, tmp_path: Path) -> None:
     # A copy: the suite writes into its project (hypothesis's .hypothesis/, say), and the
     # shared render is read-only (test_render checks its files, in any order).
     root = shutil.copytree(rendered(combo), tmp_path / "project")
@@ -44,9 +35,8 @@ def test_rendered_project_suite_passes(rendered, combo: Combo, tmp_path: Path) -
     # The project's pyproject puts src on the path; TEMPLATE_TEST_DEVICE passes through to
     # it unchanged, so a suite that wants to know the device can read it.
     # -m "" clears the rendered pyproject's default -m "not slow": every test runs.
-    select = ["-m", ""] if runs_slow_tests(combo) else ["-m", "not slow"]
-    if combo not in (ALL_ON, ALL_OFF):
-        select += [f"--deselect={test}" for test in ALL_ON_AND_OFF_ONLY]
+    slow = runs_slow_tests(combo) and not request.config.getoption("--quick")
+    select = ["-m", ""] if slow else ["-m", "not slow"]
     result = run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *select],
         cwd=root,

@@ -14,7 +14,19 @@ from pathlib import Path
 import pytest
 import vulture
 import yaml
-from combos import ALL, BY_ID, DEFAULT, PACKAGE, TABLE, Combo, describe, expected_files, render
+from combos import (
+    ALL,
+    ALL_OFF,
+    ALL_ON,
+    BY_ID,
+    DEFAULT,
+    PACKAGE,
+    TABLE,
+    Combo,
+    describe,
+    expected_files,
+    render,
+)
 
 COMBOS = pytest.mark.parametrize("combo", ALL, ids=lambda combo: combo.id)
 PKG = Path("src") / PACKAGE
@@ -26,9 +38,11 @@ def project_files(root: Path) -> list[Path]:
 
 
 @pytest.fixture(scope="module")
-def every_render(rendered) -> dict[str, Path]:
-    """Every combination, rendered (once per session, shared by the test processes)."""
-    return {combo.id: rendered(combo) for combo in ALL}
+def every_render(request, rendered) -> dict[str, Path]:
+    """Every combination, rendered (once per session, shared by the test processes); under
+    --quick (nox -s quick) the all-on and all-off ones."""
+    combos = [ALL_ON, ALL_OFF] if request.config.getoption("--quick") else ALL
+    return {combo.id: rendered(combo) for combo in combos}
 
 
 @COMBOS
