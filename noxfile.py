@@ -13,6 +13,8 @@ nox -s tables  rewrite the derived tables of README.md and docs/reference/ (cog)
 
 from __future__ import annotations
 
+import importlib.util
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -105,7 +107,9 @@ def gpu(session: nox.Session) -> None:
 
 @nox.session
 def demo(session: nox.Session) -> None:
-    """Render the default project into build/demo (replacing it) and train it."""
+    """Render the default project into build/demo (replacing it), train it, and print the
+    commands that look at the run: they work as printed, from any folder (arguments after --
+    go to train, e.g. nox -s demo -- --epochs 2)."""
     sys.path.insert(0, str(ROOT / "tests"))
     from combos import DEFAULT, PACKAGE, render
 
@@ -113,10 +117,26 @@ def demo(session: nox.Session) -> None:
         shutil.rmtree(DEMO)
     render(DEFAULT.answers, DEMO)
     session.log(f"rendered the default project into {DEMO}")
+    out = DEMO / "runs" / "demo"
     env = {"PYTHONPATH": str(DEMO / "src")}
-    session.chdir(DEMO)
-    session.run(PYTHON, "-m", f"{PACKAGE}.train", "--out-dir", "runs/demo", env=env)
-    session.log(f"metrics: {DEMO / 'runs' / 'demo' / 'metrics.jsonl'}")
+    session.run(PYTHON, "-m", f"{PACKAGE}.train", "--out-dir", str(out), *session.posargs, env=env)
+    for line in demo_commands(PACKAGE, out):
+        print(line)
+
+
+def demo_commands(package: str, out: Path) -> list[str]:
+    """The demo's last words: the rendered project is not installed in this environment, so
+    each command names its interpreter and its source folder; plot needs matplotlib, which
+    the command installs first where it is missing."""
+    run = f"PYTHONPATH={shlex.quote(str(DEMO / 'src'))} {shlex.quote(PYTHON)} -m {package}"
+    plot = f"{run}.plot {shlex.quote(str(out))}"
+    if importlib.util.find_spec("matplotlib") is None:
+        plot = f"{shlex.quote(PYTHON)} -m pip install --quiet matplotlib && {plot}"
+    return [
+        "the run's next commands, from any folder:",
+        f"  {run}.evaluate --out-dir {shlex.quote(str(out))}",
+        f"  {plot}  # writes {out / 'metrics.png'}",
+    ]
 
 
 @nox.session(name="gpu-bundle")

@@ -56,7 +56,10 @@ def tests(session: nox.Session) -> None:
     """The whole test suite on the CPU, slow tests included, with a coverage report."""
     install(session, "test")
     # -m "" clears pyproject's -m "not slow"; a -m in the posargs comes later and wins.
-    session.run("pytest", "-m", "", "--cov", "--cov-report=term", *session.posargs)
+    # -n auto: a test process per core (at most 4: each slow test starts training processes
+    # of its own); worksteal: an idle process takes tests from a busy one's queue.
+    parallel = ["-n", "auto", "--maxprocesses", "4", "--dist", "worksteal"]
+    session.run("pytest", *parallel, "-m", "", "--cov", "--cov-report=term", *session.posargs)
 
 
 if __name__ == "__main__":

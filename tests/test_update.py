@@ -22,7 +22,7 @@ from pathlib import Path
 
 import combos
 import pytest
-from combos import ALL_OFF, PACKAGE, SHORT_RUN, copier_cli
+from combos import ALL_OFF, PACKAGE, SHORT_RUN, copier_cli, render
 from copier import run_update
 
 pytestmark = pytest.mark.update
@@ -703,3 +703,50 @@ def test_update_from_the_layout_before_the_seams(render_at, old_layout: str, tmp
         (pkg / name).write_text(MINE[name])
     assert (pkg / "loading.py").exists() and (pkg / "seams.py").exists()
     assert_suite_passes(project)
+
+
+# ------------------------------------------------------ versions: what you must do, after update
+NEW_VERSIONS = """## [9.2.0] - 2026-12-06, template commit 2222222
+
+**What you must do:** move the second thing.
+
+## [9.1.0] - 2026-12-05, template commit 1111111
+
+**What you must do:** rename the first thing,
+as the first new version asks.
+
+### Changed
+
+- The first thing.
+
+"""
+
+
+def test_an_update_lists_what_you_must_do_for_each_newer_version(template: Path, tmp_path: Path):
+    """A project records the newest CHANGELOG version it was rendered with; updated across
+    two newer versions, copier's message after the update lists their "What you must do"
+    notes (and the [Unreleased] one), and not those of the versions it had."""
+    repo = tmp_path / "template"
+    git(tmp_path, "clone", "-q", str(template), str(repo))
+    changelog = (repo / "CHANGELOG.md").read_text()
+    assert not re.search(r"\{[{%#]", changelog), "CHANGELOG.md is read as a Jinja template"
+    had = re.findall(r"^## \[(\d+\.\d+\.\d+)\]", changelog, flags=re.MULTILINE)
+    assert had, "CHANGELOG.md has no version heading"
+    git(repo, "tag", "before")
+    project = render(ALL_OFF.answers, tmp_path / "project", template=repo, vcs_ref="before")
+    assert f"\ntemplate_version: {had[0]}\n" in (project / ".copier-answers.yml").read_text()
+    commit_all(project, "Render the template")
+
+    first = changelog.index(f"## [{had[0]}]")
+    (repo / "CHANGELOG.md").write_text(changelog[:first] + NEW_VERSIONS + changelog[first:])
+    commit_all(repo, "Two versions")
+    git(repo, "tag", "after")
+    said = update_cli(project, "after")
+    assert "9.2.0: move the second thing." in said, said
+    assert "9.1.0: rename the first thing, as the first new version asks." in said, said
+    assert said.index("9.2.0: ") < said.index("9.1.0: "), "newest first, as the CHANGELOG"
+    if "## [Unreleased]\n\n**What you must do:**" in changelog:
+        assert "Unreleased: " in said, said
+    for old in had:
+        assert f"{old}: " not in said, f"{old} was the project's already:\n{said}"
+    assert "\ntemplate_version: 9.2.0\n" in (project / ".copier-answers.yml").read_text()
