@@ -190,6 +190,14 @@ MUTATIONS = [
         "test_data.py",
     ),
     Mutation(
+        "the EMA walks state_dict, which lists a tied weight twice",
+        "ema.py",
+        "    current = dict(net.named_parameters()) | dict(net.named_buffers())\n"
+        "    for name, average in [*ema.named_parameters(), *ema.named_buffers()]:",
+        "    current = net.state_dict()\n    for name, average in ema.state_dict().items():",
+        "test_ema.py::test_a_tied_weight_is_averaged_once_a_step",
+    ),
+    Mutation(
         "frozen backbone follows model.train()",
         "network.py",
         "        module.eval()\n",
