@@ -36,22 +36,18 @@ DURATIONS = ROOT / "build" / "test-durations.xml"
 DERIVED = ["docs/reference/questions.md", "docs/reference/flags.md"]
 
 
+# pytest on every core, as tests and quick run it. worksteal: an idle test process takes tests
+# from a busy one's queue (tests/conftest.py puts the longest first); with the default
+# scheduler one process sat idle for the last 11 of a run's 46 minutes while the other worked
+# through its queue.
+PYTEST = [PYTHON, "-m", "pytest", "-n", "auto", "--dist", "worksteal", "-p", "no:cacheprovider"]
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """Every combination: rendered and checked, trained for one short epoch on the CPU."""
     session.run(
-        PYTHON,
-        "-m",
-        "pytest",
-        "-n",
-        "auto",
-        # An idle test process takes tests from a busy one's queue (tests/conftest.py puts
-        # the longest first): with the default scheduler one process sat idle for the last
-        # 11 of a run's 46 minutes while the other worked through its queue.
-        "--dist",
-        "worksteal",
-        "-p",
-        "no:cacheprovider",
+        *PYTEST,
         # Each test's seconds, for `python benchmarks/suite_cost.py --report` (.ci/run prints it).
         f"--junitxml={DURATIONS}",
         *session.posargs,
@@ -65,20 +61,7 @@ def quick(session: nox.Session) -> None:
     checked, trained end to end, their fast suites), one mypy run, the docs and tables checks,
     and lint. `nox -s tests` (CI) runs everything."""
     lint(session)
-    session.run(
-        PYTHON,
-        "-m",
-        "pytest",
-        "-n",
-        "auto",
-        "--dist",
-        "worksteal",
-        "-p",
-        "no:cacheprovider",
-        "--quick",
-        *session.posargs,
-        env={"OMP_NUM_THREADS": "1"},
-    )
+    session.run(*PYTEST, "--quick", *session.posargs, env={"OMP_NUM_THREADS": "1"})
 
 
 @nox.session
