@@ -170,10 +170,31 @@ MUTATIONS = [
     ),
     Mutation(
         "the loss is a batch's mean, not its sum",
-        "loss.py",
+        "task.py",
         'reduction="sum"',
         'reduction="mean"',
-        "test_loss.py",
+        "test_task.py::test_the_loss_is_a_sum_over_samples",
+    ),
+    Mutation(
+        "a metric is a batch's mean, not its sum",
+        "task.py",
+        'sums = {"acc": (outputs.argmax(dim=1) == targets).sum()}',
+        'sums = {"acc": (outputs.argmax(dim=1) == targets).float().mean()}',
+        "test_task.py::test_the_metrics_are_sums_over_samples",
+    ),
+    Mutation(
+        "validation keeps the last batch's metric sums, not their total",
+        "validation.py",
+        "sums[name] = sums[name] + value if name in sums else value",
+        "sums[name] = value",
+        "test_validation.py::test_the_metrics_are_the_tasks_on_the_whole_validation_set",
+    ),
+    Mutation(
+        "a metric whose goal is min is kept best by its highest value",
+        "seams.py",
+        'return value < best - delta if goal(name) == "min" else value > best + delta',
+        "return value > best + delta",
+        "test_ema.py::test_best_checkpoint_says_which_weights_won",
     ),
     Mutation(
         "a parameter that no loss reaches",
@@ -242,8 +263,8 @@ MUTATIONS = [
     Mutation(
         "validation's loss takes the training's label smoothing",
         "validation.py",
-        "totals[0] += loss.summed_loss(logits, y)",
-        "totals[0] += loss.summed_loss(logits, y, 0.1)",
+        "batch = {seams.LOSS: task.summed_loss(outputs, y),",
+        "batch = {seams.LOSS: task.summed_loss(outputs, y, label_smoothing=0.1),",
         "test_training_options.py::test_label_smoothing_trains_with_it_and_validates_without",
     ),
     Mutation(

@@ -1,11 +1,12 @@
 """The recipes of docs/own-data.md work as written.
 
 Each recipe is taken from the page, appended to the end of a rendered project's data.py
-(a model recipe to the end of its model.py), given a small dataset in the layout it
-expects, and then the project's own tests pass and one epoch of training runs. The image
-recipes run the fast part of the project's suite; the recipes whose model or data is not
-the example's kind (a model without backbone and head, a table of 2 classes, 1-D signals)
-run all of it, training processes included.
+(a model recipe to the end of its model.py, a task recipe to the end of its task.py), given
+a small dataset in the layout it expects, and then the project's own tests pass and one
+epoch of training runs. The image recipes run the fast part of the project's suite; the
+model without backbone and head and the three tasks that are not the example's
+classification (a regression, multi-label, next-token) run all of it, training processes
+included. The regression must beat least squares on the same split.
 """
 
 from __future__ import annotations
@@ -154,6 +155,39 @@ def write_signals(data: Path, rng: np.random.Generator) -> int:
     return 20
 
 
+def write_regression(data: Path, rng: np.random.Generator) -> int:
+    """data/regression.csv: 600 rows of 8 features of scales 0.01 to 1e5 and a target that
+    depends on them nonlinearly (a sine, a square, a product), in units of ~100."""
+    x = rng.standard_normal((600, 8))
+    y = 3 * np.sin(2 * x[:, 0]) + x[:, 1] ** 2 + 1.5 * x[:, 2] * x[:, 3] + 0.5 * x[:, 4]
+    y = 100 + 20 * (y + 0.3 * rng.standard_normal(600))
+    scales = 10.0 ** np.arange(-2, 6)
+    header = ",".join([*(f"feature_{i}" for i in range(8)), "target"])
+    table = np.column_stack([x * scales + 5 * scales, y])
+    np.savetxt(data / "regression.csv", table, delimiter=",", header=header)
+    return 120
+
+
+def write_multi_label(data: Path, rng: np.random.Generator) -> int:
+    """data/multi_label.npz: 400 rows of 10 features, 4 labels each on or off."""
+    x = rng.standard_normal((400, 10)).astype(np.float32)
+    y = (x @ rng.standard_normal((10, 4)) > 0.3).astype(np.float32)
+    np.savez(data / "multi_label.npz", X=x, Y=y)
+    return 80
+
+
+def write_tokens(data: Path, rng: np.random.Generator) -> int:
+    """data/tokens.npz: 300 sequences of 17 tokens of a vocabulary of 12, from a Markov chain."""
+    vocab = 12
+    transitions = rng.dirichlet(np.full(vocab, 0.3), size=vocab)
+    ids = np.zeros((300, 17), dtype=np.int64)
+    ids[:, 0] = rng.integers(0, vocab, 300)
+    for t in range(1, 17):
+        ids[:, t] = [rng.choice(vocab, p=transitions[token]) for token in ids[:, t - 1]]
+    np.savez(data / "tokens.npz", ids=ids, vocab=vocab)
+    return 30
+
+
 def write_nothing(data: Path, rng: np.random.Generator) -> int:
     """The example data: the model recipe alone changes."""
     return 64  # --val-size in FLAGS
@@ -166,15 +200,25 @@ WRITERS = {
     "resnet-like": write_nothing,
     "table": write_table,
     "signals": write_signals,
+    "regression": write_regression,
+    "multi-label": write_multi_label,
+    "tokens": write_tokens,
+    "dict-outputs": write_nothing,
 }
 # The recipes that are appended to model.py, by the case that uses them.
 MODELS = {"resnet-like": "resnet-like", "table": "table-model", "signals": "signals-model"}
+MODELS |= {"regression": "regression-model", "multi-label": "table-model", "tokens": "tokens-model"}
+MODELS |= {"dict-outputs": "dict-outputs-model"}
+# The recipes that are appended to task.py, by the case that uses them.
+TASKS = {name: f"{name}-task" for name in ("regression", "multi-label", "tokens", "dict-outputs")}
 # The project's whole suite, slow tests included, runs for the model without the example's
-# structure; the table and the signals run the fast tier, which holds every test of the data
-# and model contract (the slow tier's process trees add ~3 min of CI each, not a new contract).
-WHOLE_SUITE = {"resnet-like"}
+# structure and for each task that is not a classification; the table and the signals run
+# the fast tier, which holds every test of the data and model contract (the slow tier's
+# process trees add ~3 min of CI each, not a new contract).
+WHOLE_SUITE = {"resnet-like", "regression", "multi-label", "tokens"}
 # Training flags of a case: the example data, smaller, for the epoch that trains.
 FLAGS = {"resnet-like": ["--train-size", "256", "--val-size", "64"]}
+FLAGS["dict-outputs"] = FLAGS["resnet-like"]
 
 # After a sample was read, the dataset pickles (for a spawned worker) without its array.
 PICKLES_WITHOUT_THE_ARRAY = f"""
@@ -189,8 +233,8 @@ assert len(pickle.dumps(train_set)) < train_set.images.nbytes // 2, "the array i
 
 
 def test_the_page_has_the_tested_recipes() -> None:
-    data_recipes = set(WRITERS) - {"resnet-like"}
-    assert set(recipes()) == data_recipes | set(MODELS.values())
+    data_recipes = {name for name, writer in WRITERS.items() if writer is not write_nothing}
+    assert set(recipes()) == data_recipes | set(MODELS.values()) | set(TASKS.values())
 
 
 @pytest.fixture(scope="module")
@@ -208,6 +252,9 @@ def test_recipe_passes_the_project_tests_and_trains(project, tmp_path, name: str
     model_py = root / "src" / PACKAGE / "model.py"
     if name in MODELS:
         model_py.write_text(model_py.read_text() + "\n\n" + recipes()[MODELS[name]])
+    task_py = root / "src" / PACKAGE / "task.py"
+    if name in TASKS:
+        task_py.write_text(task_py.read_text() + "\n\n" + recipes()[TASKS[name]])
     (root / "data").mkdir()
     val_samples = WRITERS[name](root / "data", np.random.default_rng(0))
     env = {}
@@ -220,7 +267,7 @@ def test_recipe_passes_the_project_tests_and_trains(project, tmp_path, name: str
 
     # The recipe as appended is clean but for the redefinitions and late imports.
     lint = [sys.executable, "-m", "ruff", "check", "--ignore", "F811,E402"]
-    result = run([*lint, str(data_py), str(model_py)], cwd=root)
+    result = run([*lint, str(data_py), str(model_py), str(task_py)], cwd=root)
     assert result.returncode == 0, describe(result)
 
     pytest_args = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-rs"]
@@ -243,3 +290,58 @@ def test_recipe_passes_the_project_tests_and_trains(project, tmp_path, name: str
     if name == "memory-mapped":
         result = run([sys.executable, "-c", PICKLES_WITHOUT_THE_ARRAY], cwd=root)
         assert result.returncode == 0, describe(result)
+    if name in TASKS:  # predict and export take the task's outputs, whatever they are
+        command = [sys.executable, "-m", f"{PACKAGE}.predict", "--out-dir", "runs/one"]
+        predicted = run([*command, "--input", "val", "--output", "p.csv"], cwd=root, **env)
+        assert predicted.returncode == 0, describe(predicted)
+        exported = run(
+            [sys.executable, "-m", f"{PACKAGE}.export", "--out-dir", "runs/one"], cwd=root
+        )
+        assert exported.returncode == 0, describe(exported)
+    if name in TASKS and name != "dict-outputs":  # no accuracy anywhere: line or record
+        said = result.stdout.lower()
+        assert "val_acc" not in said and "accuracy" not in said, result.stdout
+        assert "val_acc" not in record and "val_top5_acc" not in record, record
+        assert "class_1" not in (root / "p.csv").read_text()
+
+
+def least_squares_r2(table: np.ndarray) -> float:
+    """R² on the validation rows of the recipe's split, of least squares on the training rows."""
+    import torch
+
+    order = torch.randperm(len(table), generator=torch.Generator().manual_seed(0)).numpy()
+    train, val = order[: int(0.8 * len(order))], order[int(0.8 * len(order)) :]
+    features = np.column_stack([table[:, :-1], np.ones(len(table))])
+    weights = np.linalg.lstsq(features[train], table[train, -1], rcond=None)[0]
+    errors = features[val] @ weights - table[val, -1]
+    return 1 - (errors**2).sum() / ((table[val, -1] - table[val, -1].mean()) ** 2).sum()
+
+
+def test_the_regression_recipe_beats_least_squares(project, tmp_path) -> None:
+    """Through the seams alone: 20 epochs reach a validation R² above that of a linear model;
+    best.pt follows R² (the highest) and predict writes the values, not classes."""
+    root = tmp_path / "project"
+    shutil.copytree(project, root)
+    for file, recipe in [
+        ("data", "regression"),
+        ("model", "regression-model"),
+        ("task", "regression-task"),
+    ]:
+        path = root / "src" / PACKAGE / f"{file}.py"
+        path.write_text(path.read_text() + "\n\n" + recipes()[recipe])
+    (root / "data").mkdir()
+    write_regression(root / "data", np.random.default_rng(0))
+    table = np.loadtxt(root / "data" / "regression.csv", delimiter=",", skiprows=1, ndmin=2)
+    linear = least_squares_r2(table.astype(np.float32).astype(np.float64))
+    train = [sys.executable, "-m", f"{PACKAGE}.train", "--epochs", "20", "--device", "cpu"]
+    result = run([*train, "--batch-size", "32", "--out-dir", "runs/r"], cwd=root)
+    assert result.returncode == 0, describe(result)
+    records = [json.loads(line) for line in (root / "runs/r/metrics.jsonl").read_text().split()]
+    r2 = [record["val_r2"] for record in records]
+    assert max(r2) > linear + 0.3, (r2, linear)
+    best = f"best: epoch {1 + r2.index(max(r2))} of 20, val_r2 {max(r2):.4f}"
+    assert best in result.stdout, result.stdout
+    predict = [sys.executable, "-m", f"{PACKAGE}.predict", "--out-dir", "runs/r"]
+    result = run([*predict, "--input", "val", "--output", "p.csv"], cwd=root)
+    assert result.returncode == 0, describe(result)
+    assert (root / "p.csv").read_text().splitlines()[0] == "index,prediction"

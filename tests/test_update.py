@@ -38,9 +38,9 @@ PRE_COMMIT_CHANGE = "# v0.2.0: a template change to a file the user may delete\n
 
 # The files a user replaces whole (the seams, whose contract is seams.py), and the line v0.4.0
 # adds to every other module of the package.
-SEAMS = ("data.py", "model.py", "loss.py")
+SEAMS = ("data.py", "model.py", "task.py")
 # The test files of the user's own code, theirs as the seams are; every other one is machinery.
-SEAM_TESTS = ("test_data.py", "test_model.py", "test_loss.py")
+SEAM_TESTS = ("test_data.py", "test_model.py", "test_task.py")
 MACHINERY_CHANGE = "# v0.4.0: a change to the machinery\n"
 # The seams of the layout before this one: data.py and model.py also held machinery.
 OLD_DATA = f"{SRC}/data.py.jinja"
@@ -72,8 +72,8 @@ from .model import build_model
 
 def main() -> None:
     config = parse_args()
-    train_set, _, num_classes = make_datasets(config)
-    model = build_model(config, num_classes, in_channels=train_set[0][0].shape[0])
+    train_set, _, num_outputs = make_datasets(config)
+    model = build_model(config, num_outputs, train_set[0][0].shape[0], train_set)
     total = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     print(f"{total} parameters, {trainable} trainable")
@@ -525,8 +525,9 @@ def test_deleted_file_stays_deleted_and_misses_the_template_change(render_at, tm
 
 
 # ------------------------------------------------------------ the seams: yours, replaced whole
-# A user's own task through the seams only: a table of 6 features, 3 classes, an MLP and a
-# loss of their own. Nothing here comes from the example.
+# A user's own task through the seams only: a table of 6 features, 3 classes, an MLP, and a
+# task of their own, judged by its error rate (lower is better, no accuracy). Nothing here
+# comes from the example.
 MY_DATA = '''"""My data: a table of six features whose sum decides the class."""
 
 from __future__ import annotations
@@ -575,25 +576,44 @@ from torch import nn
 from .config import Config
 
 
-def build_model(config: Config, num_classes: int, in_channels: int) -> nn.Module:
+def build_model(config: Config, num_outputs: int, in_channels: int, train_set) -> nn.Module:
     hidden = 4 * config.width
-    return nn.Sequential(nn.Linear(in_channels, hidden), nn.ReLU(), nn.Linear(hidden, num_classes))
+    return nn.Sequential(nn.Linear(in_channels, hidden), nn.ReLU(), nn.Linear(hidden, num_outputs))
 '''
-MY_LOSS = '''"""My loss: cross-entropy, summed."""
+MY_TASK = '''"""My task: three classes, judged by the error rate."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
+BEST_METRIC = "error"
+GOALS = {"error": "min"}
 
-def summed_loss(
-    logits: torch.Tensor, targets: torch.Tensor, label_smoothing: float = 0.0
-) -> torch.Tensor:
-    logits = logits.float()
-    return F.cross_entropy(logits, targets, reduction="sum", label_smoothing=label_smoothing)
+
+def check_target(target: object, num_outputs: int) -> None:
+    if not (isinstance(target, torch.Tensor) and target.dim() == 0):
+        raise ValueError(f"must be a 0-d tensor, got {target!r}")
+    if not 0 <= int(target) < num_outputs:
+        raise ValueError(f"{int(target)} is not a class in range({num_outputs})")
+
+
+def summed_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(outputs.float(), targets, reduction="sum")
+
+
+def metric_sums(outputs: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
+    return {"error": (outputs.argmax(dim=1) != targets).sum()}
+
+
+def metrics(sums: dict[str, float], count: int) -> dict[str, float]:
+    return {"error": sums["error"] / count}
+
+
+def predictions(outputs: torch.Tensor) -> dict[str, torch.Tensor]:
+    return {"class": outputs.argmax(dim=1)}
 '''
-MINE = {"data.py": MY_DATA, "model.py": MY_MODEL, "loss.py": MY_LOSS}
+MINE = {"data.py": MY_DATA, "model.py": MY_MODEL, "task.py": MY_TASK}
 # A check of the user's own, added to the test file of their data.
 MY_TEST = """
 

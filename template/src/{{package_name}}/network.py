@@ -15,11 +15,11 @@ from . import data, model
 from .config import Config, ConfigError
 
 
-def assemble(config: Config, train_set: Dataset, num_classes: int) -> nn.Module:
+def assemble(config: Config, train_set: Dataset, num_outputs: int) -> nn.Module:
     """``build_model``'s model for the data's inputs, with the model flags applied, behind
     the data's ``preprocess`` (fit on ``train_set``); not yet on the device."""
     in_channels = train_set[0][0].shape[0]  # the model takes the data's input channels
-    net = apply_flags(model.build_model(config, num_classes, in_channels), config)
+    net = apply_flags(model.build_model(config, num_outputs, in_channels, train_set), config)
     return with_preprocess(net, data.preprocess(config, train_set))
 
 

@@ -1,30 +1,41 @@
 """The contract between the files you edit and the rest of the project, and its check.
 
-Three files are yours: ``data.py``, ``model.py`` and ``loss.py``. Replace any of them whole
-with your own; the rest of the project calls only what is written here, and every command
-checks it as it starts (``make_datasets`` below), so that a file that no longer keeps it
-gets one line saying what to change.
+Four files are yours: ``data.py``, ``model.py``, ``task.py`` and the tests of them. Replace
+any of them whole with your own; the rest of the project calls only what is written here,
+and every command checks it as it starts (``make_datasets`` below), so that a file that no
+longer keeps it gets one line saying what to change.
 
 data.py
-    ``make_datasets(config) -> (train_set, val_set, num_classes)``: two map-style datasets
-    (``len()`` and ``[index]``, neither empty) of ``(input, label)`` pairs. ``input`` is a
-    tensor of shape (channels, ...), float (images, tables) or integer (token ids);
-    ``label`` an integer in ``range(num_classes)``, an ``int`` or a 0-d integer tensor.
+    ``make_datasets(config) -> (train_set, val_set, num_outputs)``: two map-style datasets
+    (``len()`` and ``[index]``, neither empty) of ``(input, target)`` pairs, and the width of
+    the model's output (the classes of a classification, the values of a regression).
+    ``input`` is a tensor of shape (channels, ...), float (images, tables) or integer
+    (token ids); ``target`` is what ``task.check_target`` accepts.
     ``augment(input, rng) -> input``: one training sample's augmentation, of the same shape
     and dtype; ``rng`` (a ``numpy.random.Generator`` seeded by seed, epoch and index) is its
     only source of randomness.
     ``preprocess(config, train_set) -> nn.Module``: what every batch of inputs goes through
     on the device, before the model; fit on ``train_set``; ``nn.Identity()`` for none.
 model.py
-    ``build_model(config, num_classes, in_channels) -> nn.Module``: maps a batch of
-    preprocessed inputs, shape (N, in_channels, ...), to logits of shape (N, num_classes).
-    ``in_channels`` is the first dimension of the first training input. Optional, for two
-    flags that refuse to run without them: submodules ``backbone`` and ``head``
-    (``--freeze-backbone``) and a method ``set_activation_checkpointing(enabled)``
+    ``build_model(config, num_outputs, in_channels, train_set) -> nn.Module``: maps a batch
+    of preprocessed inputs, shape (N, in_channels, ...), to the outputs the task takes.
+    ``in_channels`` is the first dimension of the first training input; ``train_set`` is
+    there for what else the model needs of the data (a vocabulary, the targets' scale).
+    Optional, for two flags that refuse to run without them: submodules ``backbone`` and
+    ``head`` (``--freeze-backbone``) and a method ``set_activation_checkpointing(enabled)``
     (``--activation-checkpointing``).
-loss.py
-    ``summed_loss(logits, targets, label_smoothing=0.0) -> tensor``: the batch's loss summed
-    over its samples (not their mean), a 0-d float32 tensor whatever the logits' dtype.
+task.py
+    ``summed_loss(outputs, targets) -> tensor``: the batch's loss summed over its samples
+    (not their mean), a 0-d float32 tensor whatever the outputs' dtype; it may take
+    ``label_smoothing`` as a keyword too, and only then is --label-smoothing allowed.
+    ``metric_sums(outputs, targets) -> {name: 0-d tensor}``: each metric summed over the
+    batch's samples; ``metrics(sums, count) -> {name: float}``: the validation metrics from
+    their totals over the validation set, recorded as ``val_<name>``.
+    ``predictions(outputs) -> {column: tensor}``: predict's CSV columns, one value or k
+    values per sample; it may take ``top_k`` as a keyword too, and only then is --top-k
+    allowed. ``check_target(target, num_outputs)``: raises ValueError for a target the loss
+    cannot take. ``BEST_METRIC``: the metric that picks best.pt (``"loss"`` or one of
+    ``metrics``' names); ``GOALS``: ``"max"`` or ``"min"`` for each of ``metrics``' names.
 
 A change of this contract is a change you must make: the CHANGELOG's "What you must do"
 says which, and this check names it.
@@ -39,7 +50,7 @@ from typing import SupportsIndex
 import torch
 from torch.utils.data import Dataset
 
-from . import data, loss, model
+from . import data, model, task
 from .config import Config, ConfigError
 
 # Each function of the contract: its file, and the arguments the project passes it.
@@ -47,9 +58,15 @@ CALLS: dict[str, tuple[object, tuple[str, ...]]] = {
     "make_datasets": (data, ("config",)),
     "augment": (data, ("input", "rng")),
     "preprocess": (data, ("config", "train_set")),
-    "build_model": (model, ("config", "num_classes", "in_channels")),
-    "summed_loss": (loss, ("logits", "targets", "label_smoothing")),
+    "build_model": (model, ("config", "num_outputs", "in_channels", "train_set")),
+    "summed_loss": (task, ("outputs", "targets")),
+    "metric_sums": (task, ("outputs", "targets")),
+    "metrics": (task, ("sums", "count")),
+    "predictions": (task, ("outputs",)),
+    "check_target": (task, ("target", "num_outputs")),
 }
+# The validation metric that is always there, whatever the task: lower is better.
+LOSS = "loss"
 
 
 class SeamError(ConfigError):
@@ -80,41 +97,103 @@ def check_functions() -> None:
 def make_datasets(config: Config) -> tuple[Dataset, Dataset, int]:
     """``data.make_datasets(config)``, held to the contract: every command's data."""
     check_functions()
+    check_flags(config)
     made: object = data.make_datasets(config)
     if not (isinstance(made, tuple) and len(made) == 3):
-        raise SeamError("data.py", "make_datasets must return (train_set, val_set, num_classes)")
+        raise SeamError("data.py", "make_datasets must return (train_set, val_set, num_outputs)")
     train_set, val_set, count = made
-    num_classes = integer(count)
-    if num_classes is None or num_classes < 1:
-        raise SeamError("data.py", f"num_classes must be an int of at least 1, got {count!r}")
+    num_outputs = integer(count)
+    if num_outputs is None or num_outputs < 1:
+        raise SeamError("data.py", f"num_outputs must be an int of at least 1, got {count!r}")
     for split, dataset in (("train_set", train_set), ("val_set", val_set)):
         if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
             raise SeamError("data.py", f"{split} must be a map-style dataset (len() and [index])")
         if len(dataset) == 0:
             raise SeamError("data.py", f"{split} is empty: give it samples")
-        check_sample(dataset[0], split, num_classes)
-    return train_set, val_set, num_classes
+        check_sample(dataset[0], f"{split}[0]", num_outputs)
+    return train_set, val_set, num_outputs
 
 
-def check_sample(sample: object, split: str, num_classes: int) -> None:
-    """A sample is ``(input tensor of shape (channels, ...), integer label in range)``."""
-    where = f"{split}[0]"
+def check_sample(sample: object, where: str, num_outputs: int) -> None:
+    """A sample is ``(input tensor of shape (channels, ...), target the task takes)``."""
     if not (isinstance(sample, tuple | list) and len(sample) == 2):
-        raise SeamError("data.py", f"{where} must be an (input, label) pair, got {type(sample)}")
-    inputs, label = sample
+        raise SeamError("data.py", f"{where} must be an (input, target) pair, got {type(sample)}")
+    inputs, target = sample
     if not isinstance(inputs, torch.Tensor) or inputs.dim() == 0:
         raise SeamError(
             "data.py", f"{where}'s input must be a tensor of shape (channels, ...), got {inputs!r}"
         )
     if inputs.is_complex() or inputs.dtype == torch.bool:
         raise SeamError("data.py", f"{where}'s input must be float or integer, not {inputs.dtype}")
-    index = integer(label)
-    if index is None:
-        raise SeamError(
-            "data.py", f"{where}'s label must be an int or a 0-d integer tensor, got {label!r}"
-        )
-    if not 0 <= index < num_classes:
-        raise SeamError("data.py", f"{where}'s label {index} is not in range({num_classes})")
+    try:
+        task.check_target(target, num_outputs)
+    except ValueError as error:
+        raise SeamError("data.py", f"{where}'s target {error} (task.check_target)") from None
+
+
+def takes(function: object, keyword: str) -> bool:
+    """Whether a function of the task takes ``keyword``: the flag it serves is allowed."""
+    try:
+        return keyword in inspect.signature(function).parameters  # type: ignore[arg-type]
+    except ValueError:  # a builtin without a signature
+        return False
+
+
+def check_flags(config: Config) -> None:
+    """The flags that name the task's metrics, and those only some tasks have, fit the task."""
+    if config.label_smoothing and not takes(task.summed_loss, "label_smoothing"):
+        message = "the task's summed_loss takes no label_smoothing (task.py); leave it at 0"
+        raise ConfigError("label_smoothing", message)
+    names = [LOSS, *task.GOALS]
+    if config.best_metric and config.best_metric not in names:
+        message = f"{config.best_metric!r} is not a metric of the task; choose from {names}"
+        raise ConfigError("best_metric", message)
+    if best_metric(config) not in names:
+        message = f"BEST_METRIC {task.BEST_METRIC!r} is not in GOALS; add it, or make it {LOSS!r}"
+        raise SeamError("task.py", message)
+    watched = [f"{prefix}val_{name}" for prefix in ("", "ema_") for name in names]
+    if config.early_stop_metric and config.early_stop_metric not in watched:
+        message = f"{config.early_stop_metric!r} is not a metric of the task; choose from {watched}"
+        raise ConfigError("early_stop_metric", message)
+
+
+def check_metrics(computed: object) -> dict[str, float]:
+    """``task.metrics``' result, held to the contract: a number for each name of GOALS."""
+    if not isinstance(computed, dict):
+        raise SeamError("task.py", f"metrics must return a dict of numbers, got {computed!r}")
+    missing = [name for name in task.GOALS if name not in computed]
+    if missing:
+        message = f"metrics returns no {missing}, which GOALS names; return them or drop them"
+        raise SeamError("task.py", message)
+    return computed
+
+
+def best_metric(config: Config) -> str:
+    """The metric that picks best.pt: --best-metric, else the task's BEST_METRIC."""
+    return config.best_metric or task.BEST_METRIC
+
+
+def goal(name: str) -> str:
+    """``"min"`` or ``"max"``: which way a recorded metric (``val_acc``, ``ema_val_loss``, or
+    the task's name ``acc``) improves."""
+    name = name.removeprefix("ema_").removeprefix("val_")
+    return "min" if name == LOSS else task.GOALS[name]
+
+
+def better(value: float, best: float | None, name: str, delta: float = 0.0) -> bool:
+    """Whether ``value`` of metric ``name`` improves on ``best`` by more than ``delta``."""
+    if best is None:
+        return True
+    return value < best - delta if goal(name) == "min" else value > best + delta
+
+
+def best_weights(record: dict, name: str) -> tuple[str, float]:
+    """Which weights of an epoch's ``record`` did better on the metric ``name`` (``val_acc``):
+    ``("model", value)``, or ``("ema", value)`` where the EMA's beat the model's."""
+    ema = record.get(f"ema_{name}")
+    if ema is not None and better(ema, record[name], name):
+        return "ema", ema
+    return "model", record[name]
 
 
 def integer(value: object) -> int | None:
