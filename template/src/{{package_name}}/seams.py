@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import inspect
 import operator
-from typing import SupportsIndex
+from typing import SupportsIndex, cast
 
 import torch
 from torch.utils.data import Dataset
@@ -158,14 +158,27 @@ def check_flags(config: Config) -> None:
 
 
 def check_metrics(computed: object) -> dict[str, float]:
-    """``task.metrics``' result, held to the contract: a number for each name of GOALS."""
-    if not isinstance(computed, dict):
+    """``task.metrics``' result, held to the contract: a dict of numbers by name."""
+    numbers = isinstance(computed, dict) and all(
+        isinstance(value, int | float) and not isinstance(value, bool)
+        for value in computed.values()
+    )
+    if not numbers:
         raise SeamError("task.py", f"metrics must return a dict of numbers, got {computed!r}")
-    missing = [name for name in task.GOALS if name not in computed]
-    if missing:
-        message = f"metrics returns no {missing}, which GOALS names; return them or drop them"
-        raise SeamError("task.py", message)
-    return computed
+    return cast(dict[str, float], computed)
+
+
+def check_watched(metrics: dict[str, float], config: Config) -> dict[str, float]:
+    """A validation's ``metrics``, holding the metrics that best.pt and early stopping read."""
+    watched = [f"val_{best_metric(config)}"]
+    if config.early_stop_patience and config.early_stop_metric:
+        watched.append(config.early_stop_metric.removeprefix("ema_"))
+    for name in watched:
+        if name not in metrics:
+            found = ", ".join(key for key in metrics if key != "val_samples")
+            message = f"validation gave no {name} (it gave {found}); return it from metrics"
+            raise SeamError("task.py", message)
+    return metrics
 
 
 def best_metric(config: Config) -> str:
