@@ -72,8 +72,8 @@ from .model import build_model
 
 def main() -> None:
     config = parse_args()
-    train_set, _, num_outputs = make_datasets(config)
-    model = build_model(config, num_outputs, train_set[0][0].shape[0], train_set)
+    train_set, _, num_classes = make_datasets(config)
+    model = build_model(config, num_classes, in_channels=train_set[0][0].shape[0])
     total = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     print(f"{total} parameters, {trainable} trainable")
@@ -576,9 +576,9 @@ from torch import nn
 from .config import Config
 
 
-def build_model(config: Config, num_outputs: int, in_channels: int, train_set) -> nn.Module:
+def build_model(config: Config, num_classes: int, in_channels: int) -> nn.Module:
     hidden = 4 * config.width
-    return nn.Sequential(nn.Linear(in_channels, hidden), nn.ReLU(), nn.Linear(hidden, num_outputs))
+    return nn.Sequential(nn.Linear(in_channels, hidden), nn.ReLU(), nn.Linear(hidden, num_classes))
 '''
 MY_TASK = '''"""My task: three classes, judged by the error rate."""
 

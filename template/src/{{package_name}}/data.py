@@ -4,13 +4,12 @@ This file is yours: replace it whole, or any function in it, with your own. The 
 each function keeps is written in ``seams.py``, which every command checks at start; the
 loaders, the sampler and the workers that serve any data live in ``loading.py``.
 
-``make_datasets(config)`` returns ``(train, validation, number of outputs)``: two datasets
-of ``(input tensor, target)`` pairs, here the integer labels of a classification (the task
-is ``task.py``'s). ``augment(image, rng)`` is the train-time augmentation of one sample,
-``preprocess(config, train_set)`` what every input goes through, in training and after.
-The example makes noisy images of shapes in memory, so nothing is downloaded. Keep large
-dataset state in tensors or numpy arrays, not Python lists or dicts: every worker process
-would copy those on access.
+``make_datasets(config)`` returns ``(train, validation, number of classes)``: two datasets
+of ``(input tensor, integer label)`` pairs. ``augment(image, rng)`` is the train-time
+augmentation of one sample, ``preprocess(config, train_set)`` what every input goes
+through, in training and after. The example makes noisy images of shapes in memory, so
+nothing is downloaded. Keep large dataset state in tensors or numpy arrays, not Python
+lists or dicts: every worker process would copy those on access.
 """
 
 from __future__ import annotations
@@ -31,12 +30,11 @@ DATA_SEED = 1234
 
 
 def make_datasets(config: Config) -> tuple[Dataset, Dataset, int]:
-    """The training set, the validation set and the model's outputs: here, its classes.
+    """The training set, the validation set and the number of classes.
 
-    Each dataset yields ``(input, target)``: a float tensor of shape (channels, ...) and,
-    here, an integer label in ``range(number of classes)`` (``task.check_target``). The
-    model is built for the channels of the first training input. Here: the example
-    shapes, sized by --train-size and --val-size.
+    Each dataset yields ``(input, label)``: a float tensor of shape (channels, ...) and an
+    integer label in ``range(number of classes)``. The model is built for the channels of
+    the first training input. Here: the example shapes, sized by --train-size and --val-size.
     """
     train_set = Shapes(config.train_size, seed=DATA_SEED)
     val_set = Shapes(config.val_size, seed=DATA_SEED + 1)
@@ -54,8 +52,6 @@ def augment(image: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
     noise (a fraction of each image's standard deviation). Flips and larger crops suit
     natural photos, not digits or text.
     """
-    if not image.is_floating_point():  # integers (token ids, raw counts): no noise fits them
-        return image
     pad = 1
     height, width = image.shape[-2:]
     dy, dx = rng.integers(0, 2 * pad + 1, size=2).tolist()

@@ -1,13 +1,11 @@
 """Your model: ``build_model``, and the example it builds.
 
 This file is yours: replace it whole with your own. Its contract, written in ``seams.py``
-and checked at start, is small: ``build_model(config, num_outputs, in_channels,
-train_set)`` returns an ``nn.Module`` that maps a batch of inputs to the outputs that
-``task.py`` takes (here: a logit per class). ``in_channels`` is the first dimension of the
-first training input, so a dataset with another number of channels needs no change here;
-``train_set`` is there for what else the model needs of the data (a vocabulary's size,
-the targets' mean and scale). Two flags need more of the model, and refuse to run
-(exit 2) with a model that lacks it:
+and checked at start, is small: ``build_model(config, num_classes, in_channels)``
+returns an ``nn.Module`` that maps a batch of inputs to logits. ``train.py`` reads
+``in_channels`` from the first training input (its first dimension), so a dataset with
+another number of channels needs no change here. Two flags need more of the model, and
+refuse to run (exit 2) with a model that lacks it:
 
 - ``--freeze-backbone``: submodules named ``backbone`` and ``head``. The backbone stops
   training (its BatchNorm statistics too); the head keeps training.
@@ -22,7 +20,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
-from torch.utils.data import Dataset
 
 from .config import Config
 
@@ -84,9 +81,6 @@ class Classifier(nn.Module):
                 block.activation_checkpointing = enabled
 
 
-def build_model(
-    config: Config, num_outputs: int, in_channels: int, train_set: Dataset
-) -> nn.Module:
-    """The model that ``config`` asks for, for inputs of ``in_channels`` channels: a logit
-    for each of ``num_outputs`` classes. The example needs nothing else of ``train_set``."""
-    return Classifier(num_outputs, in_channels, width=config.width, dropout=config.dropout)
+def build_model(config: Config, num_classes: int, in_channels: int) -> nn.Module:
+    """The model that ``config`` asks for, for inputs of ``in_channels`` channels."""
+    return Classifier(num_classes, in_channels, width=config.width, dropout=config.dropout)

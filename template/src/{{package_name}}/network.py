@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from . import data, model
+from . import data, model, seams
 from .config import Config, ConfigError
 
 
@@ -19,7 +19,8 @@ def assemble(config: Config, train_set: Dataset, num_outputs: int) -> nn.Module:
     """``build_model``'s model for the data's inputs, with the model flags applied, behind
     the data's ``preprocess`` (fit on ``train_set``); not yet on the device."""
     in_channels = train_set[0][0].shape[0]  # the model takes the data's input channels
-    net = apply_flags(model.build_model(config, num_outputs, in_channels, train_set), config)
+    built = seams.build_model(model.build_model, config, num_outputs, in_channels, train_set)
+    net = apply_flags(built, config)
     return with_preprocess(net, data.preprocess(config, train_set))
 
 

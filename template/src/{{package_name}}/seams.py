@@ -17,13 +17,13 @@ data.py
     ``preprocess(config, train_set) -> nn.Module``: what every batch of inputs goes through
     on the device, before the model; fit on ``train_set``; ``nn.Identity()`` for none.
 model.py
-    ``build_model(config, num_outputs, in_channels, train_set) -> nn.Module``: maps a batch
-    of preprocessed inputs, shape (N, in_channels, ...), to the outputs the task takes.
-    ``in_channels`` is the first dimension of the first training input; ``train_set`` is
-    there for what else the model needs of the data (a vocabulary, the targets' scale).
-    Optional, for two flags that refuse to run without them: submodules ``backbone`` and
-    ``head`` (``--freeze-backbone``) and a method ``set_activation_checkpointing(enabled)``
-    (``--activation-checkpointing``).
+    ``build_model(config, num_outputs, in_channels) -> nn.Module``: maps a batch of
+    preprocessed inputs, shape (N, in_channels, ...), to the outputs the task takes.
+    ``in_channels`` is the first dimension of the first training input. It may take
+    ``train_set`` as a keyword too, for what else the model needs of the data (a
+    vocabulary, the targets' scale). Optional, for two flags that refuse to run without
+    them: submodules ``backbone`` and ``head`` (``--freeze-backbone``) and a method
+    ``set_activation_checkpointing(enabled)`` (``--activation-checkpointing``).
 task.py
     ``summed_loss(outputs, targets) -> tensor``: the batch's loss summed over its samples
     (not their mean), a 0-d float32 tensor whatever the outputs' dtype; it may take
@@ -45,9 +45,11 @@ from __future__ import annotations
 
 import inspect
 import operator
+from collections.abc import Callable
 from typing import SupportsIndex, cast
 
 import torch
+from torch import nn
 from torch.utils.data import Dataset
 
 from . import data, model, task
@@ -58,13 +60,15 @@ CALLS: dict[str, tuple[object, tuple[str, ...]]] = {
     "make_datasets": (data, ("config",)),
     "augment": (data, ("input", "rng")),
     "preprocess": (data, ("config", "train_set")),
-    "build_model": (model, ("config", "num_outputs", "in_channels", "train_set")),
+    "build_model": (model, ("config", "num_outputs", "in_channels")),
     "summed_loss": (task, ("outputs", "targets")),
     "metric_sums": (task, ("outputs", "targets")),
     "metrics": (task, ("sums", "count")),
     "predictions": (task, ("outputs",)),
     "check_target": (task, ("target", "num_outputs")),
 }
+# The keywords the project passes to a function of the contract whenever it takes them.
+KEYWORDS = {"build_model": ("train_set",)}
 # The validation metric that is always there, whatever the task: lower is better.
 LOSS = "loss"
 
@@ -85,7 +89,8 @@ def check_functions() -> None:
         if not callable(function):
             raise SeamError(file, f"defines no function {name}({', '.join(arguments)})")
         try:
-            inspect.signature(function).bind(*arguments)
+            keywords = [word for word in KEYWORDS.get(name, ()) if takes(function, word)]
+            inspect.signature(function).bind(*arguments, **dict.fromkeys(keywords))
         except TypeError as error:
             raise SeamError(
                 file, f"{name} must take ({', '.join(arguments)}) positionally: {error}"
@@ -132,11 +137,27 @@ def check_sample(sample: object, where: str, num_outputs: int) -> None:
 
 
 def takes(function: object, keyword: str) -> bool:
-    """Whether a function of the task takes ``keyword``: the flag it serves is allowed."""
+    """Whether a function of yours takes the optional ``keyword`` (``label_smoothing``,
+    ``top_k``, ``train_set``): the project then passes it, and allows the flag it serves."""
     try:
-        return keyword in inspect.signature(function).parameters  # type: ignore[arg-type]
+        parameters = inspect.signature(function).parameters  # type: ignore[arg-type]
     except ValueError:  # a builtin without a signature
         return False
+    named = parameters.get(keyword)
+    return named is not None and named.kind != inspect.Parameter.POSITIONAL_ONLY
+
+
+def build_model(
+    build: Callable[..., nn.Module],
+    config: Config,
+    num_outputs: int,
+    in_channels: int,
+    train_set: Dataset,
+) -> nn.Module:
+    """``build(config, num_outputs, in_channels)``, given ``train_set=`` where it takes it:
+    how the project calls ``model.build_model`` (and the tests their variants of it)."""
+    extra = {"train_set": train_set} if takes(build, "train_set") else {}
+    return build(config, num_outputs, in_channels, **extra)
 
 
 def check_flags(config: Config) -> None:
