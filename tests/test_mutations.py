@@ -170,7 +170,7 @@ MUTATIONS = [
     ),
     Mutation(
         "the loss is a batch's mean, not its sum",
-        "task.py",
+        "loss.py",
         'reduction="sum"',
         'reduction="mean"',
         "test_task.py::test_the_loss_is_a_sum_over_samples",
@@ -263,8 +263,8 @@ MUTATIONS = [
     Mutation(
         "validation's loss takes the training's label smoothing",
         "validation.py",
-        "batch = {seams.LOSS: task.summed_loss(outputs, y),",
-        "batch = {seams.LOSS: task.summed_loss(outputs, y, label_smoothing=0.1),",
+        "batch = {seams.LOSS: loss.summed_loss(outputs, y),",
+        "batch = {seams.LOSS: loss.summed_loss(outputs, y, label_smoothing=0.1),",
         "test_training_options.py::test_label_smoothing_trains_with_it_and_validates_without",
     ),
     Mutation(

@@ -1,7 +1,8 @@
 """The recipes of docs/own-data.md work as written.
 
 Each recipe is taken from the page, appended to the end of a rendered project's data.py
-(a model recipe to the end of its model.py, a task recipe to the end of its task.py), given
+(a model recipe to the end of its model.py, a loss and a task recipe to the ends of its
+loss.py and task.py), given
 a small dataset in the layout it expects, and then the project's own tests pass and one
 epoch of training runs. The image recipes run the fast part of the project's suite; the
 model without backbone and head and the three tasks that are not the example's
@@ -209,8 +210,10 @@ WRITERS = {
 MODELS = {"resnet-like": "resnet-like", "table": "table-model", "signals": "signals-model"}
 MODELS |= {"regression": "regression-model", "multi-label": "table-model", "tokens": "tokens-model"}
 MODELS |= {"dict-outputs": "dict-outputs-model"}
-# The recipes that are appended to task.py, by the case that uses them.
-TASKS = {name: f"{name}-task" for name in ("regression", "multi-label", "tokens", "dict-outputs")}
+# The recipes that are appended to loss.py and task.py, by the case that uses them.
+NOT_THE_EXAMPLES = ("regression", "multi-label", "tokens", "dict-outputs")
+LOSSES = {name: f"{name}-loss" for name in NOT_THE_EXAMPLES}
+TASKS = {name: f"{name}-task" for name in NOT_THE_EXAMPLES}
 # The project's whole suite, slow tests included, runs for the model without the example's
 # structure and for each task that is not a classification; the table and the signals run
 # the fast tier, which holds every test of the data and model contract (the slow tier's
@@ -234,7 +237,8 @@ assert len(pickle.dumps(train_set)) < train_set.images.nbytes // 2, "the array i
 
 def test_the_page_has_the_tested_recipes() -> None:
     data_recipes = {name for name, writer in WRITERS.items() if writer is not write_nothing}
-    assert set(recipes()) == data_recipes | set(MODELS.values()) | set(TASKS.values())
+    parts = set(MODELS.values()) | set(LOSSES.values()) | set(TASKS.values())
+    assert set(recipes()) == data_recipes | parts
 
 
 @pytest.fixture(scope="module")
@@ -246,15 +250,11 @@ def project(rendered) -> Path:
 def test_recipe_passes_the_project_tests_and_trains(project, tmp_path, name: str) -> None:
     root = tmp_path / "project"
     shutil.copytree(project, root)
-    data_py = root / "src" / PACKAGE / "data.py"
-    if name in recipes():
-        data_py.write_text(data_py.read_text() + "\n\n" + recipes()[name])
-    model_py = root / "src" / PACKAGE / "model.py"
-    if name in MODELS:
-        model_py.write_text(model_py.read_text() + "\n\n" + recipes()[MODELS[name]])
-    task_py = root / "src" / PACKAGE / "task.py"
-    if name in TASKS:
-        task_py.write_text(task_py.read_text() + "\n\n" + recipes()[TASKS[name]])
+    files = {"data": {name: name}, "model": MODELS, "loss": LOSSES, "task": TASKS}
+    seams = [root / "src" / PACKAGE / f"{file}.py" for file in files]
+    for path, parts in zip(seams, files.values(), strict=True):
+        if parts.get(name) in recipes():
+            path.write_text(path.read_text() + "\n\n" + recipes()[parts[name]])
     (root / "data").mkdir()
     val_samples = WRITERS[name](root / "data", np.random.default_rng(0))
     env = {}
@@ -267,7 +267,7 @@ def test_recipe_passes_the_project_tests_and_trains(project, tmp_path, name: str
 
     # The recipe as appended is clean but for the redefinitions and late imports.
     lint = [sys.executable, "-m", "ruff", "check", "--ignore", "F811,E402"]
-    result = run([*lint, str(data_py), str(model_py), str(task_py)], cwd=root)
+    result = run([*lint, *map(str, seams)], cwd=root)
     assert result.returncode == 0, describe(result)
 
     pytest_args = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-rs"]
@@ -325,6 +325,7 @@ def test_the_regression_recipe_beats_least_squares(project, tmp_path) -> None:
     for file, recipe in [
         ("data", "regression"),
         ("model", "regression-model"),
+        ("loss", "regression-loss"),
         ("task", "regression-task"),
     ]:
         path = root / "src" / PACKAGE / f"{file}.py"

@@ -38,7 +38,7 @@ PRE_COMMIT_CHANGE = "# v0.2.0: a template change to a file the user may delete\n
 
 # The files a user replaces whole (the seams, whose contract is seams.py), and the line v0.4.0
 # adds to every other module of the package.
-SEAMS = ("data.py", "model.py", "task.py")
+SEAMS = ("data.py", "model.py", "loss.py", "task.py")
 # The test files of the user's own code, theirs as the seams are; every other one is machinery.
 SEAM_TESTS = ("test_data.py", "test_model.py", "test_task.py")
 MACHINERY_CHANGE = "# v0.4.0: a change to the machinery\n"
@@ -580,12 +580,22 @@ def build_model(config: Config, num_classes: int, in_channels: int) -> nn.Module
     hidden = 4 * config.width
     return nn.Sequential(nn.Linear(in_channels, hidden), nn.ReLU(), nn.Linear(hidden, num_classes))
 '''
-MY_TASK = '''"""My task: three classes, judged by the error rate."""
+MY_LOSS = '''"""My loss: cross-entropy."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+
+def summed_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(outputs.float(), targets, reduction="sum")
+'''
+MY_TASK = '''"""My task: three classes, judged by the error rate."""
+
+from __future__ import annotations
+
+import torch
 
 BEST_METRIC = "error"
 GOALS = {"error": "min"}
@@ -596,10 +606,6 @@ def check_target(target: object, num_outputs: int) -> None:
         raise ValueError(f"must be a 0-d tensor, got {target!r}")
     if not 0 <= int(target) < num_outputs:
         raise ValueError(f"{int(target)} is not a class in range({num_outputs})")
-
-
-def summed_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(outputs.float(), targets, reduction="sum")
 
 
 def metric_sums(outputs: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -613,7 +619,7 @@ def metrics(sums: dict[str, float], count: int) -> dict[str, float]:
 def predictions(outputs: torch.Tensor) -> dict[str, torch.Tensor]:
     return {"class": outputs.argmax(dim=1)}
 '''
-MINE = {"data.py": MY_DATA, "model.py": MY_MODEL, "task.py": MY_TASK}
+MINE = {"data.py": MY_DATA, "model.py": MY_MODEL, "loss.py": MY_LOSS, "task.py": MY_TASK}
 # A check of the user's own, added to the test file of their data.
 MY_TEST = """
 
@@ -644,6 +650,10 @@ def project_suite(project: Path) -> subprocess.CompletedProcess:
 def assert_suite_passes(project: Path) -> None:
     done = project_suite(project)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert_trains(project)
+
+
+def assert_trains(project: Path) -> None:
     run = [sys.executable, "-m", f"{PACKAGE}.train", *SHORT_RUN, "--out-dir", "runs/mine"]
     env = {**os.environ, "PYTHONPATH": str(project / "src"), "OMP_NUM_THREADS": "1"}
     trained = subprocess.run(run, cwd=project, env=env, capture_output=True, text=True)
@@ -723,6 +733,72 @@ def test_update_from_the_layout_before_the_seams(render_at, old_layout: str, tmp
         (pkg / name).write_text(MINE[name])
     assert (pkg / "loading.py").exists() and (pkg / "seams.py").exists()
     assert_suite_passes(project)
+
+
+# ------------------------------------------------- the last release: its seams need no change
+# The loss of a user of the last release, whose contract passed label_smoothing.
+MY_RELEASED_LOSS = '''"""My loss: cross-entropy, smoothed in training."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def summed_loss(
+    logits: torch.Tensor, targets: torch.Tensor, label_smoothing: float = 0.0
+) -> torch.Tensor:
+    return F.cross_entropy(
+        logits.float(), targets, reduction="sum", label_smoothing=label_smoothing
+    )
+'''
+
+
+@pytest.fixture(scope="module")
+def last_release(template: Path) -> str:
+    """The newest version CHANGELOG.md names, tagged at the template commit it names."""
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    heading = r"^## \[(\d+\.\d+\.\d+)\] - .*, template commit ([0-9a-f]{7,40})$"
+    found = re.search(heading, changelog, flags=re.MULTILINE)
+    assert found, "CHANGELOG.md names no released version and its commit"
+    version, commit = found.groups()
+    there = subprocess.run(["git", "cat-file", "-e", f"{commit}^{{commit}}"], cwd=template)
+    if there.returncode != 0:
+        pytest.skip(f"this clone lacks the commit of {version}, {commit}")
+    git(template, "tag", f"release-{version}", commit)
+    return f"release-{version}"
+
+
+def test_an_update_from_the_last_release_leaves_its_seams_alone(
+    render_at, last_release: str, tmp_path: Path
+):
+    """A project of the last release whose user replaced every seam of that release with
+    code of their own: the update to this checkout has no conflict, leaves those files byte
+    for byte, brings any new seam with its example, and the project still trains. (Where a
+    change breaks the released contract on purpose, its "What you must do" says what to
+    change, and so must this test's seams.)"""
+    project = render_at(last_release, tmp_path / "project")
+    commit_all(project, "Render the template")
+    pkg = project / "src" / PACKAGE
+    released = {"data.py": MY_DATA, "model.py": MY_MODEL, "loss.py": MY_RELEASED_LOSS}
+    for name, text in released.items():
+        assert (pkg / name).exists(), f"{name} is no seam of {last_release}"
+        (pkg / name).write_text(text)
+    commit_all(project, "My data, model and loss")
+
+    update(project, "v0.1.0")  # this checkout
+    assert_no_conflicts(project)
+    for name, text in released.items():
+        assert (pkg / name).read_text() == text, f"the update changed {name}"
+    assert all((pkg / name).exists() for name in SEAMS), sorted(p.name for p in pkg.iterdir())
+    env = {**os.environ, "PYTHONPATH": str(project / "src"), "OMP_NUM_THREADS": "1"}
+    env.pop("PYTEST_XDIST_WORKER", None)
+    mine = [f"tests/{name}" for name in SEAM_TESTS]
+    command = [sys.executable, "-m", "pytest", "-q", "-x", "-m", "not slow", *mine]
+    command += ["-p", "no:cacheprovider", "-p", "no:xdist"]
+    done = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert_trains(project)
 
 
 # ------------------------------------------------------ versions: what you must do, after update

@@ -1,6 +1,7 @@
 """The contract between the files you edit and the rest of the project, and its check.
 
-Four files are yours: ``data.py``, ``model.py``, ``task.py`` and the tests of them. Replace
+Five files are yours: ``data.py``, ``model.py``, ``loss.py``, ``task.py``, and the tests of
+them. Replace
 any of them whole with your own; the rest of the project calls only what is written here,
 and every command checks it as it starts (``make_datasets`` below), so that a file that no
 longer keeps it gets one line saying what to change.
@@ -24,10 +25,11 @@ model.py
     vocabulary, the targets' scale). Optional, for two flags that refuse to run without
     them: submodules ``backbone`` and ``head`` (``--freeze-backbone``) and a method
     ``set_activation_checkpointing(enabled)`` (``--activation-checkpointing``).
-task.py
+loss.py
     ``summed_loss(outputs, targets) -> tensor``: the batch's loss summed over its samples
     (not their mean), a 0-d float32 tensor whatever the outputs' dtype; it may take
     ``label_smoothing`` as a keyword too, and only then is --label-smoothing allowed.
+task.py
     ``metric_sums(outputs, targets) -> {name: 0-d tensor}``: each metric summed over the
     batch's samples; ``metrics(sums, count) -> {name: float}``: the validation metrics from
     their totals over the validation set, recorded as ``val_<name>``.
@@ -52,7 +54,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from . import data, model, task
+from . import data, loss, model, task
 from .config import Config, ConfigError
 
 # Each function of the contract: its file, and the arguments the project passes it.
@@ -61,7 +63,7 @@ CALLS: dict[str, tuple[object, tuple[str, ...]]] = {
     "augment": (data, ("input", "rng")),
     "preprocess": (data, ("config", "train_set")),
     "build_model": (model, ("config", "num_outputs", "in_channels")),
-    "summed_loss": (task, ("outputs", "targets")),
+    "summed_loss": (loss, ("outputs", "targets")),
     "metric_sums": (task, ("outputs", "targets")),
     "metrics": (task, ("sums", "count")),
     "predictions": (task, ("outputs",)),
@@ -162,8 +164,8 @@ def build_model(
 
 def check_flags(config: Config) -> None:
     """The flags that name the task's metrics, and those only some tasks have, fit the task."""
-    if config.label_smoothing and not takes(task.summed_loss, "label_smoothing"):
-        message = "the task's summed_loss takes no label_smoothing (task.py); leave it at 0"
+    if config.label_smoothing and not takes(loss.summed_loss, "label_smoothing"):
+        message = "the task's summed_loss takes no label_smoothing (loss.py); leave it at 0"
         raise ConfigError("label_smoothing", message)
     names = [LOSS, *task.GOALS]
     if config.best_metric and config.best_metric not in names:

@@ -1,13 +1,14 @@
-"""Your task: the loss, the validation metrics, the metric that picks the best checkpoint,
-and what predict writes, for the example's classification.
+"""Your task, beside its loss (``loss.py``): the targets it takes, the validation metrics,
+the metric that picks the best checkpoint, and what predict writes, for the example's
+classification.
 
-This file is yours: replace it whole with your own, for a regression, a multi-label or a
-sequence task (docs/own-data.md has one of each). Its contract is written in ``seams.py``
-and checked at start; the rest of the project only sums, reduces and records what these
-functions return, so no other file assumes a classification.
+This file is yours, as ``loss.py`` is: replace both whole with your own for a regression, a
+multi-label or a sequence task (docs/own-data.md has one of each). Their contract is written
+in ``seams.py`` and checked at start; the rest of the project only sums, reduces and records
+what these functions return, so no other file assumes a classification.
 
 ``outputs`` is what the model returns: a tensor here, a tuple or a dict where the model
-returns one (take it apart here, in one place; an auxiliary loss the model returns is
+returns one (take it apart here and in ``loss.py``; an auxiliary loss the model returns is
 added in ``summed_loss``). ``targets`` is a batch of the datasets' targets.
 """
 
@@ -16,7 +17,6 @@ from __future__ import annotations
 import numbers
 
 import torch
-import torch.nn.functional as F
 
 # The metric that picks best.pt and that early stopping watches, unless --best-metric or
 # --early-stop-metric names another: "loss" or a name that metric_sums returns.
@@ -34,22 +34,6 @@ def check_target(target: object, num_outputs: int) -> None:
         raise ValueError(f"must be an int or a 0-d integer tensor, got {target!r}")
     if not 0 <= int(target) < num_outputs:
         raise ValueError(f"{target} is not in range({num_outputs}), the classes")
-
-
-def summed_loss(
-    outputs: torch.Tensor, targets: torch.Tensor, label_smoothing: float = 0.0
-) -> torch.Tensor:
-    """The batch's cross-entropy summed over its samples (not their mean), in float32
-    whatever the outputs' dtype: the caller divides by the samples it averages over (an
-    optimizer step's, the validation set's), so that every sample weighs alike.
-
-    ``label_smoothing`` is for training only: validation's loss stays the plain
-    cross-entropy, comparable between runs. A task without the parameter has no
-    --label-smoothing: the flag is then refused.
-    """
-    return F.cross_entropy(
-        outputs.float(), targets, reduction="sum", label_smoothing=label_smoothing
-    )
 
 
 def metric_sums(outputs: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
