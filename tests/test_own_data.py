@@ -337,7 +337,7 @@ def test_the_regression_recipe_beats_least_squares(project, tmp_path) -> None:
     train = [sys.executable, "-m", f"{PACKAGE}.train", "--epochs", "20", "--device", "cpu"]
     result = run([*train, "--batch-size", "32", "--out-dir", "runs/r"], cwd=root)
     assert result.returncode == 0, describe(result)
-    records = [json.loads(line) for line in (root / "runs/r/metrics.jsonl").read_text().split()]
+    records = [json.loads(line) for line in (root / "runs/r/metrics.jsonl").read_text().splitlines()]
     r2 = [record["val_r2"] for record in records]
     assert max(r2) > linear + 0.3, (r2, linear)
     best = f"best: epoch {1 + r2.index(max(r2))} of 20, val_r2 {max(r2):.4f}"

@@ -1,10 +1,9 @@
 """The contract between the files you edit and the rest of the project, and its check.
 
-Five files are yours: ``data.py``, ``model.py``, ``loss.py``, ``task.py``, and the tests of
-them. Replace
-any of them whole with your own; the rest of the project calls only what is written here,
-and every command checks it as it starts (``make_datasets`` below), so that a file that no
-longer keeps it gets one line saying what to change.
+Four files are yours, and the tests of them: ``data.py``, ``model.py``, ``loss.py`` and
+``task.py``. Replace any of them whole with your own; the rest of the project calls only
+what is written here, and every command checks it as it starts (``make_datasets`` below),
+so that a file that no longer keeps it gets one line saying what to change.
 
 data.py
     ``make_datasets(config) -> (train_set, val_set, num_outputs)``: two map-style datasets
