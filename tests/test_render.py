@@ -566,3 +566,34 @@ def test_torch_backend_sets_uv_and_pip_alike(tmp_path: Path, backend: str) -> No
     assert [source["index"] for source in uv["sources"]["torch"]] == [f"pytorch-{backend}"]
     assert f"pip install torch --index-url {url}" in readme
     assert set(uv["sources"]) == {"torch"}  # every other package from PyPI
+
+
+# In a render's process: garbage left in a reference cycle, whose finalizer writes a file
+# once a garbage collection reaches it, and an exit handler registered after the import,
+# which must run all the same.
+EXIT_WITHOUT_THE_LAST_COLLECTION = f"""
+import atexit
+import {PACKAGE}
+
+class Cycle:
+    def __del__(self, open=open):
+        open("finalized", "w").close()
+
+cycle = Cycle()
+cycle.me = cycle
+del cycle
+atexit.register(lambda: open("handled", "w").close())
+"""
+
+
+def test_a_command_exits_without_the_last_garbage_collection(rendered, tmp_path: Path) -> None:
+    """The package skips the interpreter's final collection at exit (`atexit.register(
+    gc.freeze)`: half a second of each command's exit, benchmarks/exit_cost.py), and the exit
+    handlers registered after it still run."""
+    root = rendered(ALL_OFF)
+    command = [sys.executable, "-c", EXIT_WITHOUT_THE_LAST_COLLECTION]
+    env = {"PYTHONPATH": str(root / "src"), "PATH": "/usr/bin:/bin"}
+    result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, describe(result)
+    assert (tmp_path / "handled").exists(), "an exit handler did not run"
+    assert not (tmp_path / "finalized").exists(), "the last collection ran at exit"
