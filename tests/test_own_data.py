@@ -220,15 +220,17 @@ TASKS = {name: f"{name}-task" for name in NOT_THE_EXAMPLES}
 # in next-token prediction. They train, resume, evaluate, predict and export the recipe's own
 # task in new processes, and under torchrun (test_after_training, test_loggers,
 # test_training_options, where a task's sums are all-reduced). The other recipes run the
-# fast tier, which holds every test of the data, model and task contract; until this
-# change none of them ran a slow test (the rendered pyproject's `-m "not slow"` held).
+# fast tier, which holds every test of the data, model and task contract.
 SLOW_TOO = {"regression", "tokens"}
-# Not even there the slow tests of the files ddp owns: they prove the process tree (signals,
-# restarts, a node that leaves, N processes against one), the same code whatever the seams
-# hold, and tests/test_project_suites.py proves them in the rendered suites (about 55% of
-# the all-on slow tier).
-PROCESS_TREE_FILES = sorted(Path(name).stem for name in owned_files("ddp") if "tests/" in name)
-NOT_THE_PROCESS_TREE = " and ".join(f"not ({name} and slow)" for name in PROCESS_TREE_FILES)
+# Not even there the test files that ddp owns (all slow): they prove the process tree
+# (signals, restarts, a node that leaves, N processes against one), the same code whatever
+# the seams hold, and tests/test_project_suites.py proves them in the rendered suites (about
+# 55% of the all-on slow tier).
+PROCESS_TREE = [
+    f"--deselect={name}"
+    for name in sorted(owned_files("ddp"))
+    if Path(name).name.startswith("test_")
+]
 # Training flags of a case: the example data, smaller, for the epoch that trains.
 FLAGS = {"resnet-like": ["--train-size", "256", "--val-size", "64"]}
 FLAGS["dict-outputs"] = FLAGS["resnet-like"]
@@ -282,7 +284,7 @@ def test_recipe_passes_the_project_tests_and_trains(project, tmp_path, name: str
 
     pytest_args = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-rs"]
     if name in SLOW_TOO:  # -m "": the slow tests too, which the rendered pyproject leaves out
-        select = ["-m", "", "-k", NOT_THE_PROCESS_TREE]
+        select = ["-m", "", *PROCESS_TREE]
         result = run([*pytest_args, *select, "-n", "2"], cwd=root, timeout=1500, **env)
     else:  # the fast part of the suite (the slow part starts training processes)
         result = run([*pytest_args, "-m", "not slow"], cwd=root, **env)
