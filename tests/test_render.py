@@ -568,21 +568,23 @@ def test_torch_backend_sets_uv_and_pip_alike(tmp_path: Path, backend: str) -> No
     assert set(uv["sources"]) == {"torch"}  # every other package from PyPI
 
 
-# In a render's process: garbage left in a reference cycle, whose finalizer writes a file
-# once a garbage collection reaches it, and an exit handler registered after the import,
-# which must run all the same.
+# In a render's process: an exit handler registered after the import, which must run all
+# the same, and garbage left in a reference cycle, whose finalizer writes a file once a
+# garbage collection reaches it. The collection just before it sets the collector's counts
+# to zero, so that none but the one at exit could reach it in the few allocations left.
 EXIT_WITHOUT_THE_LAST_COLLECTION = f"""
-import atexit
+import atexit, gc
 import {PACKAGE}
 
 class Cycle:
     def __del__(self, open=open):
         open("finalized", "w").close()
 
+atexit.register(lambda: open("handled", "w").close())
+gc.collect()
 cycle = Cycle()
 cycle.me = cycle
 del cycle
-atexit.register(lambda: open("handled", "w").close())
 """
 
 
