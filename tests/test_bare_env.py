@@ -6,17 +6,21 @@ render forgets to declare (safetensors for mypy, say) would pass unseen there. H
 venv gets torch (the CPU wheel this machine keeps, as .ci/run installs it) and nox, then, for
 each render, exactly what the rendered noxfile's sessions install: the noxfile is loaded and
 its sessions are called with a stand-in session that records `install` and `run`. The recorded
-installs go into the venv with pip and the recorded commands run there, as CI runs them.
+installs go into the venv with `uv pip install`, as nox installs them where uv is (the rendered
+noxfile's backend is "uv|virtualenv"), and the recorded commands run there, as CI runs them.
 
-Two differences from CI, both said here: pre-commit's hooks are clones from GitHub (no network
+Three differences from CI, all said here: pre-commit's hooks are clones from GitHub (no network
 for them here), so the lint session's ruff hooks run as `ruff check` and `ruff format --check`
-from the lint group instead; and the tests session runs its fast tier (`-m "not slow"`), since
-the slow tier's training processes are covered by tests/test_project_suites.py.
+from the lint group instead; uv installs with --no-sources, since the render's [tool.uv.sources]
+name PyTorch's index, which this machine cannot reach (torch is there already, the CPU build
+.ci/run installs); and the tests session runs its fast tier (`-m "not slow"`), since the slow
+tier's training processes are covered by tests/test_project_suites.py.
 
 One venv serves both renders, all off first: its needs are a subset of all on's, so nothing the
 first render installs can hide a declaration the second one lacks, and the order cannot hide a
-gap in the first. Cost on 2 busy cores: about 25 s for the venv, 100 s of installs (the
-trackers' extras are most of it), then 1-2 minutes per render.
+gap in the first. Cost on 2 busy cores: about 60 s for the venv and its torch, 10-20 s of uv
+installs (pip took 150 s for the same packages, the trackers' extras most of it), then 1-2
+minutes per render.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ RENDERS = {
     "default-github": DEFAULT.answers,
 }
 CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
+# The uv of the template's own environment (requirements-dev.txt), which nox would use.
+UV = str(Path(sys.executable).with_name("uv"))
 
 # Loaded in the venv, in the rendered project: calls each session of its noxfile with a session
 # that records what it would install and run, and prints that as JSON.
@@ -99,7 +105,8 @@ def test_sessions_pass_in_a_bare_environment(tmp_path: Path) -> None:
                 if args[0] == "torch":  # the CPU index, which this machine has on disk instead
                     assert args == ["torch", "--index-url", CPU_TORCH_INDEX], args
                     continue
-                result = call([python, "-m", "pip", "install", "-q", *args], project, env)
+                uv = [UV, "pip", "install", "--quiet", "--no-sources", "--python", python]
+                result = call([*uv, *args], project, env)
                 assert result.returncode == 0, f"{name}, {session}: install {args}\n" + describe(
                     result
                 )
