@@ -115,6 +115,14 @@ def rendered(renders_dir: Path):
 
 
 @pytest.fixture(scope="session")
+def mypy_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One mypy cache for every mypy run of a test process (tests/test_typecheck.py,
+    tests/test_names.py): torch's types are read once (about 25 s), and a render's own files
+    are checked again only where their contents or imports differ."""
+    return tmp_path_factory.mktemp("mypy-cache")
+
+
+@pytest.fixture(scope="session")
 def torchrun_nproc() -> int:
     """Processes per ddp run: 2 on the CPU (gloo), one per GPU on CUDA (nccl)."""
     if DEVICE == "cuda":

@@ -55,9 +55,9 @@ def test_ruff_passes_for_any_name(renders: dict[str, Path]) -> None:
 
 
 @pytest.mark.typecheck
-def test_mypy_passes_for_the_longest_name(renders: dict[str, Path]) -> None:
+def test_mypy_passes_for_the_longest_name(renders: dict[str, Path], mypy_cache: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "mypy"],
+        [sys.executable, "-m", "mypy", "--cache-dir", str(mypy_cache)],
         cwd=renders[f"long-{DEFAULT.id}"],
         capture_output=True,
         text=True,

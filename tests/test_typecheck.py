@@ -24,11 +24,6 @@ pytestmark = pytest.mark.typecheck
 CHUNKS = 4
 
 
-@pytest.fixture(scope="session")
-def mypy_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("mypy-cache")
-
-
 def variants(root: Path) -> set[tuple[str, str]]:
     """(path, content hash) of each file under src/ of a render."""
     return {
