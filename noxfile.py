@@ -144,13 +144,15 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def bench(session: nox.Session) -> None:
     """Loop overhead against a bare loop and Lightning's Trainer, validation's metrics against
-    torchmetrics, a command's exit with and without the last garbage collection, then the
-    test suite's cost."""
+    torchmetrics, a command's exit with and without the last garbage collection, a short run
+    in fresh interpreters and forked from the end-to-end tests' fork server, then the test
+    suite's cost."""
     # Lightning is only the yardstick, so it is installed here rather than in the dev list.
     session.run(PYTHON, "-m", "pip", "install", "--quiet", "lightning")
     session.run(PYTHON, "benchmarks/loop_overhead.py", *session.posargs)
     session.run(PYTHON, "benchmarks/metrics_cost.py")  # torchmetrics comes with Lightning
     session.run(PYTHON, "benchmarks/exit_cost.py")
+    session.run(PYTHON, "benchmarks/fork_server.py")
     session.run(PYTHON, "benchmarks/suite_cost.py")
     session.run(PYTHON, "benchmarks/control_lines.py")
 

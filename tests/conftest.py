@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,11 +13,13 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from combos import ALL_OFF, ALL_ON, DEVICE, Combo, render  # noqa: E402
+from forkserver import Server  # noqa: E402
 
 # The modules whose tests take longest, longest first (their summed seconds in a CI run on 2
-# cores: project suites 1360, bare environment 370, mutations 340, own data 200, mypy 200,
-# GPU bundle 35, packaging 40, update 50, across combinations 70; the 184 end-to-end tests
-# 1350 between them, none over 16). They run before all others: the test processes split the
+# cores, before the end-to-end runs were forked: project suites 2040, bare environment 375
+# in one test, mutations 390, own data 920 in 12 tests, mypy 320, across combinations 50,
+# update 180, packaging 60, GPU bundle 30; the 184 end-to-end tests 1010 between them).
+# They run before all others: the test processes split the
 # collected order between them and an idle one takes work from a busy one's queue (`nox -s
 # tests` passes --dist worksteal), but a long test left to the end would run alone while
 # the other process idles (11 of a run's 46 minutes, before this order).
@@ -38,7 +41,7 @@ LONGEST_FIRST = [
 # QUICK_PER_COMBO for the all-on and all-off renders alone (test_render's checks of every
 # render too, ruff and the public-mechanisms scan among them), the project suites' fast tier
 # only (test_project_suites) and mypy once (test_typecheck).
-QUICK_MODULES = ["test_docs", "test_tables", "test_template_jinja"]
+QUICK_MODULES = ["test_docs", "test_tables", "test_template_jinja", "test_forkserver"]
 QUICK_PER_COMBO = ["test_render", "test_e2e", "test_project_suites", "test_typecheck"]
 
 
@@ -130,3 +133,14 @@ def torchrun_nproc() -> int:
 
         return max(torch.cuda.device_count(), 1)
     return 2
+
+
+@pytest.fixture(scope="session")
+def fork_server():
+    """This test process's fork server (tests/forkserver.py): torch imported once, each run
+    a fork of it. Its socket lies in a short folder of its own: a socket's path has at most
+    107 bytes, which a deep temporary folder can pass."""
+    with tempfile.TemporaryDirectory(prefix="fork-server-") as folder:
+        server = Server(Path(folder))
+        yield server
+        server.close()

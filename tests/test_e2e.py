@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from combos import ALL, COVERING, DEFAULT, DEVICE, PACKAGE, SHORT_RUN, TABLE, Combo, describe, run
+from forkserver import HERE as FORK_SERVER
 
 pytestmark = pytest.mark.e2e
 
@@ -30,11 +31,13 @@ TRAIN = [sys.executable, "-m", f"{PACKAGE}.train"]
 
 
 def command(combo: Combo, nproc: int, module: str = "train") -> list[str]:
-    """A command of the project: under torchrun for a ddp project, else a plain process."""
+    """A command of the project, run by the fork server (tests/forkserver.py): under torchrun
+    for a ddp project, which starts each rank through it too, else a plain process."""
+    python = [sys.executable, str(FORK_SERVER)]
     if not combo.ddp:
-        return [sys.executable, "-m", f"{PACKAGE}.{module}"]
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    return [*torchrun, "--nproc-per-node", str(nproc), "-m", f"{PACKAGE}.{module}"]
+        return [*python, "-m", f"{PACKAGE}.{module}"]
+    torchrun = [*python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node"]
+    return [*torchrun, str(nproc), str(FORK_SERVER), "-m", f"{PACKAGE}.{module}"]
 
 
 def flags(combo: Combo, out_dir: Path, nproc: int) -> list[str]:
@@ -67,12 +70,14 @@ def read_metrics(out_dir: Path) -> list[dict]:
 
 
 @pytest.mark.parametrize("combo", ALL, ids=lambda combo: combo.id)
-def test_short_training_run(rendered, torchrun_nproc: int, combo: Combo, tmp_path: Path) -> None:
+def test_short_training_run(
+    rendered, fork_server, torchrun_nproc: int, combo: Combo, tmp_path: Path
+) -> None:
     root = rendered(combo)
     out_dir = tmp_path / "run"
     nproc = torchrun_nproc if combo.ddp else 1
     args = command(combo, torchrun_nproc) + flags(combo, out_dir, nproc)
-    result = run(args, cwd=root)
+    result = run(args, cwd=root, **fork_server.env)
     assert result.returncode == 0, describe(result)
 
     metrics = read_metrics(out_dir)
