@@ -54,6 +54,9 @@ FORWARDED = [
     signal.SIGABRT,
 ]
 HERE = Path(__file__).resolve()
+# The interpreter of a command forked from the server: [*PYTHON, "-m", MODULE, ...] runs as
+# [python, "-m", MODULE, ...] would, with Server.env in its environment.
+PYTHON = [sys.executable, str(HERE)]
 SERVER_STREAMS: list[object] = []
 
 

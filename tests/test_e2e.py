@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from combos import ALL, COVERING, DEFAULT, DEVICE, PACKAGE, SHORT_RUN, TABLE, Combo, describe, run
 from forkserver import HERE as FORK_SERVER
+from forkserver import PYTHON as FORKED
 
 pytestmark = pytest.mark.e2e
 
@@ -33,10 +34,9 @@ TRAIN = [sys.executable, "-m", f"{PACKAGE}.train"]
 def command(combo: Combo, nproc: int, module: str = "train") -> list[str]:
     """A command of the project, run by the fork server (tests/forkserver.py): under torchrun
     for a ddp project, which starts each rank through it too, else a plain process."""
-    python = [sys.executable, str(FORK_SERVER)]
     if not combo.ddp:
-        return [*python, "-m", f"{PACKAGE}.{module}"]
-    torchrun = [*python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node"]
+        return [*FORKED, "-m", f"{PACKAGE}.{module}"]
+    torchrun = [*FORKED, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node"]
     return [*torchrun, str(nproc), str(FORK_SERVER), "-m", f"{PACKAGE}.{module}"]
 
 

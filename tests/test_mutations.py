@@ -11,12 +11,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from combos import DEFAULT, MOST, PACKAGE
+from forkserver import PYTHON as FORKED
 
 pytestmark = pytest.mark.mutation
 
@@ -329,13 +329,14 @@ SHARDED_MUTATIONS = [
 ]
 
 
-def pytest_in(project: Path, *tests: str) -> subprocess.CompletedProcess:
-    """Run the project's own pytest on some of its test files."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+def pytest_in(project: Path, fork_server, *tests: str) -> subprocess.CompletedProcess:
+    """Run the project's own pytest on some of its test files, forked from the fork server
+    (tests/forkserver.py); the processes its tests start are fresh interpreters."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **fork_server.env}
     env.pop("PYTHONPATH", None)
     return subprocess.run(
         # -m "": the slow tests too (the rendered pyproject leaves them out by default).
-        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", ""]
+        [*FORKED, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", ""]
         + [f"tests/{test}" for test in tests],
         check=False,
         cwd=project,
@@ -347,7 +348,7 @@ def pytest_in(project: Path, *tests: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("mutation", MUTATIONS + SHARDED_MUTATIONS, ids=lambda m: m.name)
-def test_generated_tests_catch_the_mutation(rendered, tmp_path, mutation):
+def test_generated_tests_catch_the_mutation(rendered, fork_server, tmp_path, mutation):
     """The generated test file for the pattern fails once the pattern is broken. That it
     passes unbroken is tests/test_project_suites.py's: the all-on suites (replicated and
     sharded), slow tests too."""
@@ -355,7 +356,7 @@ def test_generated_tests_catch_the_mutation(rendered, tmp_path, mutation):
     combo = MOST["sharding"] if mutation in SHARDED_MUTATIONS else DEFAULT
     shutil.copytree(rendered(combo), project)
     mutation.apply(project)
-    result = pytest_in(project, mutation.test)
+    result = pytest_in(project, fork_server, mutation.test)
     # Exit code 1: tests ran and failed (2 or more would be a collection or usage error).
     assert result.returncode == 1, (
         f"{mutation.test} did not catch: {mutation.name}\n"

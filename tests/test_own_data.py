@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from combos import DEFAULT, PACKAGE, REPO_ROOT, describe, owned_files, run
+from forkserver import PYTHON as FORKED
 
 pytestmark = pytest.mark.suite
 
@@ -259,7 +260,9 @@ def project(rendered) -> Path:
 
 
 @pytest.mark.parametrize("name", list(WRITERS))
-def test_recipe_passes_the_project_tests_and_trains(project, tmp_path, name: str) -> None:
+def test_recipe_passes_the_project_tests_and_trains(
+    project, fork_server, tmp_path, name: str
+) -> None:
     root = tmp_path / "project"
     shutil.copytree(project, root)
     files = {"data": {name: name}, "model": MODELS, "loss": LOSSES, "task": TASKS}
@@ -269,7 +272,9 @@ def test_recipe_passes_the_project_tests_and_trains(project, tmp_path, name: str
             path.write_text(path.read_text() + "\n\n" + recipes()[parts[name]])
     (root / "data").mkdir()
     val_samples = WRITERS[name](root / "data", np.random.default_rng(0))
-    env = {}
+    # pytest and the commands forked from the fork server (tests/forkserver.py), torch
+    # imported; the processes the suite's tests start are fresh interpreters.
+    env = dict(fork_server.env)
     if name == "image-folder":
         fake = tmp_path / "fake"
         for path, text in FAKE_TORCHVISION.items():
@@ -282,7 +287,7 @@ def test_recipe_passes_the_project_tests_and_trains(project, tmp_path, name: str
     result = run([*lint, *map(str, seams)], cwd=root)
     assert result.returncode == 0, describe(result)
 
-    pytest_args = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-rs"]
+    pytest_args = [*FORKED, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-rs"]
     if name in SLOW_TOO:  # -m "": the slow tests too, which the rendered pyproject leaves out
         select = ["-m", "", *PROCESS_TREE]
         result = run([*pytest_args, *select, "-n", "2"], cwd=root, timeout=1500, **env)
@@ -293,7 +298,7 @@ def test_recipe_passes_the_project_tests_and_trains(project, tmp_path, name: str
         assert "has no backbone and head: --freeze-backbone is off" in result.stdout
         assert "has no set_activation_checkpointing" in result.stdout
 
-    train = [sys.executable, "-m", f"{PACKAGE}.train", "--epochs", "1", "--device", "cpu"]
+    train = [*FORKED, "-m", f"{PACKAGE}.train", "--epochs", "1", "--device", "cpu"]
     train += [*FLAGS.get(name, []), "--batch-size", "8", "--out-dir", "runs/one"]
     result = run(train, cwd=root, **env)
     assert result.returncode == 0, describe(result)
@@ -304,7 +309,7 @@ def test_recipe_passes_the_project_tests_and_trains(project, tmp_path, name: str
         result = run([sys.executable, "-c", PICKLES_WITHOUT_THE_ARRAY], cwd=root)
         assert result.returncode == 0, describe(result)
     if name in TASKS:  # predict and export take the task's outputs, whatever they are
-        command = [sys.executable, "-m", f"{PACKAGE}.predict", "--out-dir", "runs/one"]
+        command = [*FORKED, "-m", f"{PACKAGE}.predict", "--out-dir", "runs/one"]
         predicted = run([*command, "--input", "val", "--output", "p.csv"], cwd=root, **env)
         assert predicted.returncode == 0, describe(predicted)
         exported = run(
@@ -330,7 +335,7 @@ def least_squares_r2(table: np.ndarray) -> float:
     return 1 - (errors**2).sum() / ((table[val, -1] - table[val, -1].mean()) ** 2).sum()
 
 
-def test_the_regression_recipe_beats_least_squares(project, tmp_path) -> None:
+def test_the_regression_recipe_beats_least_squares(project, fork_server, tmp_path) -> None:
     """Through the seams alone: 20 epochs reach a validation R² above that of a linear model;
     best.pt follows R² (the highest) and predict writes the values, not classes."""
     root = tmp_path / "project"
@@ -347,8 +352,8 @@ def test_the_regression_recipe_beats_least_squares(project, tmp_path) -> None:
     write_regression(root / "data", np.random.default_rng(0))
     table = np.loadtxt(root / "data" / "regression.csv", delimiter=",", skiprows=1, ndmin=2)
     linear = least_squares_r2(table.astype(np.float32).astype(np.float64))
-    train = [sys.executable, "-m", f"{PACKAGE}.train", "--epochs", "20", "--device", "cpu"]
-    result = run([*train, "--batch-size", "32", "--out-dir", "runs/r"], cwd=root)
+    train = [*FORKED, "-m", f"{PACKAGE}.train", "--epochs", "20", "--device", "cpu"]
+    result = run([*train, "--batch-size", "32", "--out-dir", "runs/r"], cwd=root, **fork_server.env)
     assert result.returncode == 0, describe(result)
     lines = (root / "runs/r/metrics.jsonl").read_text().splitlines()
     records = [json.loads(line) for line in lines]
@@ -356,7 +361,7 @@ def test_the_regression_recipe_beats_least_squares(project, tmp_path) -> None:
     assert max(r2) > linear + 0.3, (r2, linear)
     best = f"best: epoch {1 + r2.index(max(r2))} of 20, val_r2 {max(r2):.4f}"
     assert best in result.stdout, result.stdout
-    predict = [sys.executable, "-m", f"{PACKAGE}.predict", "--out-dir", "runs/r"]
-    result = run([*predict, "--input", "val", "--output", "p.csv"], cwd=root)
+    predict = [*FORKED, "-m", f"{PACKAGE}.predict", "--out-dir", "runs/r"]
+    result = run([*predict, "--input", "val", "--output", "p.csv"], cwd=root, **fork_server.env)
     assert result.returncode == 0, describe(result)
     assert (root / "p.csv").read_text().splitlines()[0] == "index,prediction"

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 from combos import ALL_OFF, ALL_ON, ALONE, COVERING, DEVICE, MOST, Combo, describe, run
+from forkserver import PYTHON as FORKED
 
 pytestmark = pytest.mark.suite
 
@@ -27,7 +27,9 @@ def runs_slow_tests(combo: Combo) -> bool:
 
 
 @pytest.mark.parametrize("combo", COVERING, ids=lambda combo: combo.id)
-def test_rendered_project_suite_passes(request, rendered, combo: Combo, tmp_path: Path) -> None:
+def test_rendered_project_suite_passes(
+    request, rendered, fork_server, combo: Combo, tmp_path: Path
+) -> None:
     # A copy: the suite writes into its project (hypothesis's .hypothesis/, say), and the
     # shared render is read-only (test_render checks its files, in any order).
     root = shutil.copytree(rendered(combo), tmp_path / "project")
@@ -37,12 +39,15 @@ def test_rendered_project_suite_passes(request, rendered, combo: Combo, tmp_path
     # -m "" clears the rendered pyproject's default -m "not slow": every test runs.
     slow = runs_slow_tests(combo) and not request.config.getoption("--quick")
     select = ["-m", ""] if slow else ["-m", "not slow"]
+    # pytest itself forked from the fork server (tests/forkserver.py), torch imported: the
+    # processes that the suite's tests start are fresh interpreters, as its user's are.
     result = run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *select],
+        [*FORKED, "-m", "pytest", "-q", "-p", "no:cacheprovider", *select],
         cwd=root,
         # The all-on suites take 5 minutes on 2 idle cores and over 10 on busy ones: the
         # bound is for a suite that hangs, not a slow one.
         timeout=1800,
         TEMPLATE_TEST_DEVICE=DEVICE,
+        **fork_server.env,
     )
     assert result.returncode == 0, describe(result)
