@@ -16,13 +16,13 @@ from combos import ALL_OFF, ALL_ON, DEVICE, Combo, render  # noqa: E402
 from forkserver import Server  # noqa: E402
 
 # The modules whose tests take longest, longest first (their summed seconds in a CI run on 2
-# cores, before the end-to-end runs were forked: project suites 2040, bare environment 375
-# in one test, mutations 390, own data 920 in 12 tests, mypy 320, across combinations 50,
-# update 180, packaging 60, GPU bundle 30; the 184 end-to-end tests 1010 between them).
-# They run before all others: the test processes split the
-# collected order between them and an idle one takes work from a busy one's queue (`nox -s
-# tests` passes --dist worksteal), but a long test left to the end would run alone while
-# the other process idles (11 of a run's 46 minutes, before this order).
+# cores: project suites 1910, bare environment 200 in one test (375 under more load),
+# mutations 180, own data 690 in 12 tests, mypy 250, across combinations 40, update 160,
+# packaging 50, GPU bundle 30; the 184 end-to-end tests 400 between them). They run before
+# all others: the test processes split the collected order between them and an idle one
+# takes work from a busy one's queue (`nox -s tests` passes --dist worksteal), but a long
+# test left to the end would run alone while the other process idles (11 of a run's 46
+# minutes, before this order).
 LONGEST_FIRST = [
     "test_project_suites",
     "test_bare_env",
