@@ -25,7 +25,7 @@ Where a run differs from a fresh interpreter: the modules the server imported ar
 imported (PRELOAD: torch's own, never a project's), so what they read from the environment as
 they were imported is the server's (OpenMP's threads: 1, as every run here asks), Python's
 hash seed is the server's, and so are the exit handlers that PRELOAD registered. The rendered
-suites and the tests of every command's --help and bad values still start fresh interpreters.
+suites' tests start fresh interpreters, as a user's are.
 """
 
 from __future__ import annotations

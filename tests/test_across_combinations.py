@@ -20,11 +20,13 @@ project has no deterministic mode to stop it, so its own runs may differ in the 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 from combos import ALONE, BY_ID, DEFAULT, DEVICE, PACKAGE, TABLE, Combo, describe, run
+from forkserver import HERE as FORK_SERVER
+from forkserver import PYTHON as FORKED
+from forkserver import Server
 
 pytestmark = [
     pytest.mark.e2e,
@@ -41,7 +43,8 @@ SAME_RUN += ["--num-workers", "0", "--width", "8", "--ema-decay", "0.9", "--devi
 SAME_RUN += ["--seed", "0"]
 # Fields that measure time, not training: they differ between any two runs.
 TIMING = {"samples_per_sec"}
-TRAIN = [sys.executable, "-m", f"{PACKAGE}.train"]
+# Forked from the fork server (tests/forkserver.py), which imported torch once.
+TRAIN = [*FORKED, "-m", f"{PACKAGE}.train"]
 # All on, then each toggle alone (with the answers it needs): a failure names the toggle, and
 # the code a toggle has only when others are off is compared too. The flags that switch a
 # toggle off at run time are TABLE's run_off; the toggles without them (checkpointing,
@@ -49,9 +52,12 @@ TRAIN = [sys.executable, "-m", f"{PACKAGE}.train"]
 SWITCHED_OFF = list({c.id: c for c in [DEFAULT, *ALONE.values()]}.values())
 
 
-def train(root: Path, out_dir: Path, *extra: str, command: list[str] = TRAIN) -> list[dict]:
+def train(
+    server: Server, root: Path, out_dir: Path, *extra: str, command: list[str] = TRAIN
+) -> list[dict]:
     """Train the same run in the project at ``root``; its metrics.jsonl without timings."""
-    result = run([*command, *SAME_RUN, *extra, "--out-dir", str(out_dir)], cwd=root)
+    args = [*command, *SAME_RUN, *extra, "--out-dir", str(out_dir)]
+    result = run(args, cwd=root, **server.env)
     assert result.returncode == 0, describe(result)
     records = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
     return [{key: value for key, value in r.items() if key not in TIMING} for r in records]
@@ -73,18 +79,19 @@ def differences(got: list[dict], want: list[dict]) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def all_off(rendered, tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+def all_off(rendered, fork_server, tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
     """The all-off project's records: what every other combination must reproduce."""
-    records = train(rendered(BY_ID["none"]), tmp_path_factory.mktemp("all-off") / "run")
+    out_dir = tmp_path_factory.mktemp("all-off") / "run"
+    records = train(fork_server, rendered(BY_ID["none"]), out_dir)
     # The comparison means something only if the run trains: the loss moves between epochs.
     assert len(records) == 2 and records[0]["train_loss"] != records[1]["train_loss"], records
     assert {"train_loss", "val_loss", "val_acc", "lr"} <= records[0].keys(), records[0]
     return records
 
 
-def test_another_seed_gives_other_numbers(rendered, all_off, tmp_path: Path) -> None:
+def test_another_seed_gives_other_numbers(rendered, fork_server, all_off, tmp_path) -> None:
     """The comparison notices a different RNG stream: another seed fails it on every epoch."""
-    other = train(rendered(BY_ID["none"]), tmp_path / "run", "--seed", "1")
+    other = train(fork_server, rendered(BY_ID["none"]), tmp_path / "run", "--seed", "1")
     for epoch in range(2):
         assert other[epoch]["train_loss"] != all_off[epoch]["train_loss"]
         assert other[epoch]["val_loss"] != all_off[epoch]["val_loss"]
@@ -92,27 +99,29 @@ def test_another_seed_gives_other_numbers(rendered, all_off, tmp_path: Path) -> 
 
 @pytest.mark.parametrize("combo", SWITCHED_OFF, ids=lambda combo: combo.id)
 def test_switched_off_trains_like_rendered_without(
-    rendered, all_off, combo: Combo, tmp_path: Path
+    rendered, fork_server, all_off, combo: Combo, tmp_path: Path
 ) -> None:
-    records = train(rendered(combo), tmp_path / "run", *combo.run_off())
+    records = train(fork_server, rendered(combo), tmp_path / "run", *combo.run_off())
     found = differences(records, all_off)
     flags = " ".join(combo.run_off()) or "no flags"
     assert not found, f"{combo.id} with {flags} trains unlike all off:\n" + "\n".join(found)
 
 
-def test_neutral_features_on_train_like_all_off(rendered, all_off, tmp_path: Path) -> None:
+def test_neutral_features_on_train_like_all_off(
+    rendered, fork_server, all_off, tmp_path: Path
+) -> None:
     """DDP at one process (under torchrun, so the process group, the DDP wrapper and the
     all-reduces run), SyncBatchNorm (kept as BatchNorm on the CPU), deterministic kernels and
     the profiler: on a CPU none of them may change a number."""
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    command = [*torchrun, "--nproc-per-node", "1", "-m", f"{PACKAGE}.train"]
+    torchrun = [*FORKED, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1"]
+    command = [*torchrun, str(FORK_SERVER), "-m", f"{PACKAGE}.train"]
     # TABLE's neutral toggles switched on (ddp by torchrun), the others switched off.
     neutral = [
         flag for t in TABLE for flag in (t.run_on if t.neutral else t.run_off) if t.name != "ddp"
     ]
     assert {t.name for t in TABLE if t.neutral} >= {"ddp", "profiling"}, "see the docstring"
     out_dir = tmp_path / "run"
-    records = train(rendered(DEFAULT), out_dir, *neutral, command=command)
+    records = train(fork_server, rendered(DEFAULT), out_dir, *neutral, command=command)
     assert (out_dir / "profile" / "trace.json").is_file(), "the profiler did not run"
     found = differences(records, all_off)
     assert not found, f"{' '.join(neutral)} under torchrun trains unlike all off:\n" + "\n".join(

@@ -1,10 +1,11 @@
 """Train every toggle combination for one short epoch in a subprocess, and check its outputs.
 
-Each run, and under torchrun torchrun and each rank, is a process forked from the test
-process's fork server (tests/forkserver.py), which imported torch once: it runs the command
-as a fresh interpreter would, for 0.6 CPU-seconds instead of 3.7, or 4.2 instead of 10.7
-under torchrun (benchmarks/fork_server.py). On the CPU by default; under `nox -s gpu`
-(TEMPLATE_TEST_DEVICE=cuda) on CUDA, with ddp combinations on nccl, one process per GPU.
+Each run (torchrun and each rank under it) is a process forked from the test process's
+fork server (tests/forkserver.py), which imported torch once: it runs the command as a fresh
+interpreter would, for 0.6 CPU-seconds instead of 3.7, or 4.2 instead of 10.7 under torchrun
+(benchmarks/fork_server.py). The rendered suites' tests start fresh interpreters. On the CPU
+by default; under `nox -s gpu` (TEMPLATE_TEST_DEVICE=cuda) on CUDA, with ddp combinations on
+nccl, one process per GPU.
 """
 
 from __future__ import annotations
@@ -142,8 +143,8 @@ COVERING_IDS = pytest.mark.parametrize("combo", COVERING, ids=lambda combo: comb
 
 
 @COVERING_IDS
-def test_help_lists_exactly_the_enabled_flags(rendered, combo: Combo) -> None:
-    result = run([*TRAIN, "--help"], cwd=rendered(combo))
+def test_help_lists_exactly_the_enabled_flags(rendered, fork_server, combo: Combo) -> None:
+    result = run([*FORKED, *TRAIN[1:], "--help"], cwd=rendered(combo), **fork_server.env)
     assert result.returncode == 0, describe(result)
     expected = {flag: getattr(combo, t.name) for t in TABLE for flag in t.flags}
     for flag in ["--epochs", "--batch-size", "--lr", "--seed", "--num-workers", "--out-dir"]:
@@ -158,8 +159,11 @@ def test_help_lists_exactly_the_enabled_flags(rendered, combo: Combo) -> None:
 @pytest.mark.parametrize(
     "bad", [["--epochs", "0"], ["--batch-size", "x"]], ids=["epochs-0", "batch-size-x"]
 )
-def test_bad_value_exits_with_one_line(rendered, combo: Combo, bad: list[str], tmp_path) -> None:
-    result = run([*TRAIN, *bad, "--out-dir", str(tmp_path / "run")], cwd=rendered(combo))
+def test_bad_value_exits_with_one_line(
+    rendered, fork_server, combo: Combo, bad: list[str], tmp_path
+) -> None:
+    args = [*FORKED, *TRAIN[1:], *bad, "--out-dir", str(tmp_path / "run")]
+    result = run(args, cwd=rendered(combo), **fork_server.env)
     assert result.returncode != 0, describe(result)
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, describe(result)
