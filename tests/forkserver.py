@@ -185,6 +185,8 @@ def serve(path: str) -> tuple[dict, list[int]]:
                 selector.register(pidfd, selectors.EVENT_READ, ("ended", pid))
                 continue
             what, pid = key.data
+            if pid not in runs:  # it ended earlier in this batch of events
+                continue
             conn, pidfd = runs[pid]
             if what == "client":  # the client said nothing more: it ended, so does its run
                 os.kill(pid, signal.SIGKILL)
@@ -203,7 +205,10 @@ def serve(path: str) -> tuple[dict, list[int]]:
 
 def receive(conn: socket.socket) -> tuple[dict, list[int]] | None:
     """A client's request and its three file descriptors, or None if it closed first."""
-    data, fds, _, _ = socket.recv_fds(conn, 1 << 16, 3)
+    try:
+        data, fds, _, _ = socket.recv_fds(conn, 1 << 16, 3)
+    except OSError:  # reset by a client killed as it connected
+        return None
     if len(fds) != 3 or len(data) < 8:
         for fd in fds:
             os.close(fd)
