@@ -27,7 +27,7 @@ TESTS = Path(__file__).resolve().parents[1] / "tests"
 sys.path.insert(0, str(TESTS))
 
 from combos import ALL_OFF, ALL_ON, PACKAGE, SHORT_RUN, Combo, render  # noqa: E402
-from forkserver import HERE, Server  # noqa: E402
+from forkserver import PYTHON, Server, torchrun  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -35,13 +35,13 @@ TICKS = os.sysconf("SC_CLK_TCK")
 def command(combo: Combo, forked: bool) -> list[str]:
     """The short run's command, as tests/test_e2e.py's command() makes it (forked) or as a
     user types it (fresh)."""
-    python = [sys.executable, str(HERE)] if forked else [sys.executable]
-    module = ["-m", f"{PACKAGE}.train"]
+    module = f"{PACKAGE}.train"
+    if forked:
+        return torchrun(2, module) if combo.ddp else [*PYTHON, "-m", module]
     if not combo.ddp:
-        return [*python, *module]
-    ranks = [str(HERE), *module] if forked else module
-    torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
-    return [*python, *torchrun, *ranks]
+        return [sys.executable, "-m", module]
+    launch = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    return [sys.executable, *launch, "-m", module]
 
 
 def cpu_seconds(server: Server) -> float:

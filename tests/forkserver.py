@@ -57,6 +57,16 @@ HERE = Path(__file__).resolve()
 # The interpreter of a command forked from the server: [*PYTHON, "-m", MODULE, ...] runs as
 # [python, "-m", MODULE, ...] would, with Server.env in its environment.
 PYTHON = [sys.executable, str(HERE)]
+
+
+def torchrun(nproc: int, module: str) -> list[str]:
+    """``torchrun --standalone --nproc-per-node NPROC -m MODULE`` forked from the server,
+    which starts each rank through it too (as the script this file is, ``-m MODULE`` its
+    arguments)."""
+    launch = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc)]
+    return [*PYTHON, *launch, str(HERE), "-m", module]
+
+
 SERVER_STREAMS: list[object] = []
 
 

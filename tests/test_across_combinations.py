@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 from combos import ALONE, BY_ID, DEFAULT, DEVICE, PACKAGE, TABLE, Combo, describe, run
-from forkserver import HERE as FORK_SERVER
 from forkserver import PYTHON as FORKED
 from forkserver import Server
+from forkserver import torchrun as forked_torchrun
 
 pytestmark = [
     pytest.mark.e2e,
@@ -113,8 +113,7 @@ def test_neutral_features_on_train_like_all_off(
     """DDP at one process (under torchrun, so the process group, the DDP wrapper and the
     all-reduces run), SyncBatchNorm (kept as BatchNorm on the CPU), deterministic kernels and
     the profiler: on a CPU none of them may change a number."""
-    torchrun = [*FORKED, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1"]
-    command = [*torchrun, str(FORK_SERVER), "-m", f"{PACKAGE}.train"]
+    command = forked_torchrun(1, f"{PACKAGE}.train")
     # TABLE's neutral toggles switched on (ddp by torchrun), the others switched off.
     neutral = [
         flag for t in TABLE for flag in (t.run_on if t.neutral else t.run_off) if t.name != "ddp"

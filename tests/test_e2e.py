@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 from combos import ALL, COVERING, DEFAULT, DEVICE, PACKAGE, SHORT_RUN, TABLE, Combo, describe, run
-from forkserver import HERE as FORK_SERVER
 from forkserver import PYTHON as FORKED
+from forkserver import torchrun as forked_torchrun
 
 pytestmark = pytest.mark.e2e
 
@@ -40,8 +40,7 @@ def command(combo: Combo, nproc: int, module: str = "train") -> list[str]:
     for a ddp project, which starts each rank through it too, else a plain process."""
     if not combo.ddp:
         return [*FORKED, "-m", f"{PACKAGE}.{module}"]
-    torchrun = [*FORKED, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node"]
-    return [*torchrun, str(nproc), str(FORK_SERVER), "-m", f"{PACKAGE}.{module}"]
+    return forked_torchrun(nproc, f"{PACKAGE}.{module}")
 
 
 def flags(combo: Combo, out_dir: Path, nproc: int) -> list[str]:
