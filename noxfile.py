@@ -146,7 +146,7 @@ def bench(session: nox.Session) -> None:
     """Loop overhead against a bare loop and Lightning's Trainer, validation's metrics against
     torchmetrics, a command's exit with and without the last garbage collection, a short run
     in fresh interpreters and forked from the end-to-end tests' fork server, then the test
-    suite's cost."""
+    suite's cost and the all-on project's whole suite's Python processes."""
     # Lightning is only the yardstick, so it is installed here rather than in the dev list.
     session.run(PYTHON, "-m", "pip", "install", "--quiet", "lightning")
     session.run(PYTHON, "benchmarks/loop_overhead.py", *session.posargs)
@@ -154,6 +154,7 @@ def bench(session: nox.Session) -> None:
     session.run(PYTHON, "benchmarks/exit_cost.py")
     session.run(PYTHON, "benchmarks/fork_server.py")
     session.run(PYTHON, "benchmarks/suite_cost.py")
+    session.run(PYTHON, "benchmarks/process_cost.py")
     session.run(PYTHON, "benchmarks/control_lines.py")
 
 
