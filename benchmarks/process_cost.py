@@ -1,5 +1,5 @@
 """How much of a test run is Python interpreters starting: every interpreter the run starts,
-the CPU each used, and the least wall time that two cores allow for them alone.
+the CPU each used, and the least wall time the machine's cores allow for them alone.
 
     python benchmarks/process_cost.py              # the all-on render's pytest -m "" (5 min)
     python benchmarks/process_cost.py -- ARGS...   # the template's own pytest ARGS, here
@@ -15,7 +15,7 @@ was killed (SIGKILL) has a start and no exit: it is counted apart, and not in th
 
 It prints the run's wall and CPU seconds (all of its processes), its fresh interpreters
 that imported torch, their CPU, and the floor: the CPU of a fresh `import torch` (measured
-first, best of 3) for each of them, over 2 cores. Each of them paid at
+first, best of 3) for each of them, over the machine's cores (2 on CI's). Each of them paid at
 least that, so no scheduling gets the run's wall time under the floor while every one of
 those processes starts afresh, whatever is done about the rest.
 """
@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from combos import ALL_ON, QUESTION_DEFAULTS, REPO_ROOT, render  # noqa: E402
 
-CORES = 2  # these machines'; os.cpu_count() where it is more
+CORES = os.cpu_count() or 1  # 2 on the CI machines
 
 # The recorder, imported by a .pth file in every interpreter of the throwaway environment. A
 # line at start, a line at exit; a failure to write (a test that drops to another user, or
