@@ -32,7 +32,9 @@ METRIC_KEYS = {
     "lr",
     "samples_per_sec",
 }
+# The train command in a fresh interpreter, as a user types it, and forked from the server.
 TRAIN = [sys.executable, "-m", f"{PACKAGE}.train"]
+FORKED_TRAIN = [*FORKED, "-m", f"{PACKAGE}.train"]
 
 
 def command(combo: Combo, nproc: int, module: str = "train") -> list[str]:
@@ -143,7 +145,7 @@ COVERING_IDS = pytest.mark.parametrize("combo", COVERING, ids=lambda combo: comb
 
 @COVERING_IDS
 def test_help_lists_exactly_the_enabled_flags(rendered, fork_server, combo: Combo) -> None:
-    result = run([*FORKED, *TRAIN[1:], "--help"], cwd=rendered(combo), **fork_server.env)
+    result = run([*FORKED_TRAIN, "--help"], cwd=rendered(combo), **fork_server.env)
     assert result.returncode == 0, describe(result)
     expected = {flag: getattr(combo, t.name) for t in TABLE for flag in t.flags}
     for flag in ["--epochs", "--batch-size", "--lr", "--seed", "--num-workers", "--out-dir"]:
@@ -161,7 +163,7 @@ def test_help_lists_exactly_the_enabled_flags(rendered, fork_server, combo: Comb
 def test_bad_value_exits_with_one_line(
     rendered, fork_server, combo: Combo, bad: list[str], tmp_path
 ) -> None:
-    args = [*FORKED, *TRAIN[1:], *bad, "--out-dir", str(tmp_path / "run")]
+    args = [*FORKED_TRAIN, *bad, "--out-dir", str(tmp_path / "run")]
     result = run(args, cwd=rendered(combo), **fork_server.env)
     assert result.returncode != 0, describe(result)
     lines = result.stderr.strip().splitlines()
