@@ -28,7 +28,7 @@ model.py
 loss.py
     ``summed_loss(outputs, targets) -> tensor``: the batch's loss summed over its samples
     (not their mean), a 0-d float32 tensor whatever the outputs' dtype; it may take
-    ``label_smoothing`` as a keyword too, and only then is --label-smoothing allowed.
+    ``label_smoothing`` as a keyword too, and use it: only then is --label-smoothing allowed.
 task.py
     ``metric_sums(outputs, targets) -> {name: 0-d tensor}``: each metric summed over the
     batch's samples; ``metrics(sums, count) -> {name: float}``: the validation metrics from
