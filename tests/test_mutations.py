@@ -278,6 +278,14 @@ MUTATIONS = [
         says="remove label_smoothing from summed_loss in loss.py",
     ),
     Mutation(
+        "predictions that take top_k and ignore it",
+        "task.py",
+        "stable=True).indices[:, :top_k]",
+        "stable=True).indices[:, :1]",
+        "test_after_training.py::test_predict_orders_every_class_by_a_probability",
+        says="remove top_k from predictions in task.py",
+    ),
+    Mutation(
         "a resumed run forgets the early-stopping count",
         "checkpoint.py",
         "if field.name in saved]",
