@@ -28,6 +28,7 @@ class Mutation:
     old: str
     new: str
     test: str  # the generated test file (or test) that must catch it
+    says: str = ""  # what its failure must say: the change to make
 
     def apply(self, project: Path) -> None:
         path = project / "src" / PACKAGE / self.file
@@ -269,6 +270,22 @@ MUTATIONS = [
         "test_training_options.py::test_label_smoothing_trains_with_it_and_validates_without",
     ),
     Mutation(
+        "a loss that takes label_smoothing and ignores it (a regression's, to 0.2.0's contract)",
+        "loss.py",
+        'reduction="sum", label_smoothing=label_smoothing',
+        'reduction="sum"',
+        "test_training_options.py::test_label_smoothing_trains_with_it_and_validates_without",
+        says="remove label_smoothing from summed_loss in loss.py",
+    ),
+    Mutation(
+        "predictions that take top_k and ignore it",
+        "task.py",
+        "stable=True).indices[:, :top_k]",
+        "stable=True).indices[:, :1]",
+        "test_after_training.py::test_predict_orders_every_class_by_a_probability",
+        says="remove top_k from predictions in task.py",
+    ),
+    Mutation(
         "a resumed run forgets the early-stopping count",
         "checkpoint.py",
         "if field.name in saved]",
@@ -363,3 +380,4 @@ def test_generated_tests_catch_the_mutation(rendered, fork_server, tmp_path, mut
         + result.stdout[-4000:]
         + result.stderr[-2000:]
     )
+    assert mutation.says in result.stdout, result.stdout[-4000:]

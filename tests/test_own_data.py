@@ -190,6 +190,20 @@ def write_tokens(data: Path, rng: np.random.Generator) -> int:
     return 30
 
 
+def write_segmentation(data: Path, rng: np.random.Generator) -> int:
+    """data/segmentation.npz: 60 noisy 16x16 images of one channel and their masks of 3
+    classes: the background, a bright upright rectangle (1) and a dark flat one (2)."""
+    images = 0.3 * rng.standard_normal((60, 1, 16, 16))
+    masks = np.zeros((60, 16, 16), dtype=np.int64)
+    for image, mask in zip(images, masks, strict=True):
+        for label, (tall, wide), value in ((1, (6, 3), 1.0), (2, (3, 6), -1.0)):
+            y, x = rng.integers(0, 16 - tall), rng.integers(0, 16 - wide)
+            image[0, y : y + tall, x : x + wide] += value
+            mask[y : y + tall, x : x + wide] = label
+    np.savez(data / "segmentation.npz", images=images.astype(np.float32), masks=masks, classes=3)
+    return 12
+
+
 def write_nothing(data: Path, rng: np.random.Generator) -> int:
     """The example data: the model recipe alone changes."""
     return 64  # --val-size in FLAGS
@@ -206,13 +220,14 @@ WRITERS = {
     "multi-label": write_multi_label,
     "tokens": write_tokens,
     "dict-outputs": write_nothing,
+    "segmentation": write_segmentation,
 }
 # The recipes that are appended to model.py, by the case that uses them.
 MODELS = {"resnet-like": "resnet-like", "table": "table-model", "signals": "signals-model"}
 MODELS |= {"regression": "regression-model", "multi-label": "table-model", "tokens": "tokens-model"}
-MODELS |= {"dict-outputs": "dict-outputs-model"}
+MODELS |= {"dict-outputs": "dict-outputs-model", "segmentation": "segmentation-model"}
 # The recipes that are appended to loss.py and task.py, by the case that uses them.
-NOT_THE_EXAMPLES = ("regression", "multi-label", "tokens", "dict-outputs")
+NOT_THE_EXAMPLES = ("regression", "multi-label", "tokens", "dict-outputs", "segmentation")
 LOSSES = {name: f"{name}-loss" for name in NOT_THE_EXAMPLES}
 TASKS = {name: f"{name}-task" for name in NOT_THE_EXAMPLES}
 # The project's slow tests run for the two tasks whose targets the machinery's slow paths
@@ -316,11 +331,35 @@ def test_recipe_passes_the_project_tests_and_trains(
             [sys.executable, "-m", f"{PACKAGE}.export", "--out-dir", "runs/one"], cwd=root
         )
         assert exported.returncode == 0, describe(exported)
+    if name == "segmentation":
+        assert_masks_move_with_their_images(root, env, val_samples)
     if name in TASKS and name != "dict-outputs":  # no accuracy anywhere: line or record
         said = result.stdout.lower()
         assert "val_acc" not in said and "accuracy" not in said, result.stdout
         assert "val_acc" not in record and "val_top5_acc" not in record, record
         assert "class_1" not in (root / "p.csv").read_text()
+
+
+# The flip of the segmentation recipe as a user might first write it: the image alone.
+FLIP_THE_IMAGE_ALONE = """
+
+def augment(image: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
+    return image.flip(-1) if rng.random() < 0.5 else image
+"""
+
+
+def assert_masks_move_with_their_images(root: Path, env: dict, val_samples: int) -> None:
+    """predict wrote a mask per image to an array beside the CSV; and a flip of the image
+    alone fails a generated test, with the line that says what to change."""
+    masks = np.load(root / "p.mask.npy")
+    assert masks.shape == (val_samples, 16, 16) and masks.dtype == np.int64, masks.shape
+    assert (root / "p.csv").read_text().splitlines()[0] == "index,confidence"
+    with (root / "src" / PACKAGE / "data.py").open("a") as data:
+        data.write(FLIP_THE_IMAGE_ALONE)
+    test = "tests/test_loading.py::test_a_target_shaped_like_its_input_moves_with_it"
+    result = run([*FORKED, "-m", "pytest", "-q", "-p", "no:cacheprovider", test], cwd=root, **env)
+    assert result.returncode == 1, describe(result)
+    assert "take the target too, augment(input, rng, target)" in result.stdout, describe(result)
 
 
 def least_squares_r2(table: np.ndarray) -> float:

@@ -13,7 +13,8 @@ data.py
     (token ids); ``target`` is what ``task.check_target`` accepts.
     ``augment(input, rng) -> input``: one training sample's augmentation, of the same shape
     and dtype; ``rng`` (a ``numpy.random.Generator`` seeded by seed, epoch and index) is its
-    only source of randomness.
+    only source of randomness. It may take ``target`` as a keyword too, for a target that
+    must move with the input (a mask, boxes, keypoints): it then returns ``(input, target)``.
     ``preprocess(config, train_set) -> nn.Module``: what every batch of inputs goes through
     on the device, before the model; fit on ``train_set``; ``nn.Identity()`` for none.
 model.py
@@ -27,15 +28,16 @@ model.py
 loss.py
     ``summed_loss(outputs, targets) -> tensor``: the batch's loss summed over its samples
     (not their mean), a 0-d float32 tensor whatever the outputs' dtype; it may take
-    ``label_smoothing`` as a keyword too, and only then is --label-smoothing allowed.
+    ``label_smoothing`` as a keyword too, and use it: only then is --label-smoothing allowed.
 task.py
     ``metric_sums(outputs, targets) -> {name: 0-d tensor}``: each metric summed over the
     batch's samples; ``metrics(sums, count) -> {name: float}``: the validation metrics from
     their totals over the validation set, recorded as ``val_<name>``.
     ``predictions(outputs) -> {column: tensor}``: predict's CSV columns, one value or k
-    values per sample; it may take ``top_k`` as a keyword too, and only then is --top-k
-    allowed. ``check_target(target, num_outputs)``: raises ValueError for a target the loss
-    cannot take. ``BEST_METRIC``: the metric that picks best.pt (``"loss"`` or one of
+    values per sample (more, such as a mask: an array file beside the CSV); it may take
+    ``top_k`` as a keyword too, and only then is --top-k allowed.
+    ``check_target(target, num_outputs)``: raises ValueError for a target the loss cannot
+    take. ``BEST_METRIC``: the metric that picks best.pt (``"loss"`` or one of
     ``metrics``' names); ``GOALS``: ``"max"`` or ``"min"`` for each of ``metrics``' names.
 
 A change of this contract is a change you must make: the CHANGELOG's "What you must do"
@@ -47,8 +49,9 @@ from __future__ import annotations
 import inspect
 import operator
 from collections.abc import Callable
-from typing import SupportsIndex, cast
+from typing import Any, SupportsIndex, cast
 
+import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import Dataset
@@ -69,7 +72,7 @@ CALLS: dict[str, tuple[object, tuple[str, ...]]] = {
     "check_target": (task, ("target", "num_outputs")),
 }
 # The keywords the project passes to a function of the contract whenever it takes them.
-KEYWORDS = {"build_model": ("train_set",)}
+KEYWORDS = {"build_model": ("train_set",), "augment": ("target",)}
 # The validation metric that is always there, whatever the task: lower is better.
 LOSS = "loss"
 
@@ -89,13 +92,12 @@ def check_functions() -> None:
         function = getattr(module, name, None)
         if not callable(function):
             raise SeamError(file, f"defines no function {name}({', '.join(arguments)})")
+        keywords = [word for word in KEYWORDS.get(name, ()) if takes(function, word)]
         try:
-            keywords = [word for word in KEYWORDS.get(name, ()) if takes(function, word)]
             inspect.signature(function).bind(*arguments, **dict.fromkeys(keywords))
         except TypeError as error:
-            raise SeamError(
-                file, f"{name} must take ({', '.join(arguments)}) positionally: {error}"
-            ) from None
+            wanted = ", ".join([*arguments, *keywords])
+            raise SeamError(file, f"{name} must take ({wanted}) positionally: {error}") from None
         except ValueError:  # a builtin or C function without a signature: called as it is
             pass
 
@@ -117,6 +119,7 @@ def make_datasets(config: Config) -> tuple[Dataset, Dataset, int]:
         if len(dataset) == 0:
             raise SeamError("data.py", f"{split} is empty: give it samples")
         check_sample(dataset[0], f"{split}[0]", num_outputs)
+    check_augment(train_set[0], num_outputs)
     return train_set, val_set, num_outputs
 
 
@@ -137,9 +140,32 @@ def check_sample(sample: object, where: str, num_outputs: int) -> None:
         raise SeamError("data.py", f"{where}'s target {error} (task.check_target)") from None
 
 
+def check_augment(sample: tuple, num_outputs: int) -> None:
+    """``augment`` of the first training sample gives a sample of the same shape and dtype,
+    and an ``(input, target)`` pair where it takes the target."""
+    inputs, target = sample
+    made = augmented(inputs.clone(), target, np.random.default_rng(0))
+    if not (isinstance(made, tuple | list) and len(made) == 2):
+        raise SeamError("data.py", "augment takes target: it must return (input, target)")
+    check_sample(made, "augment(train_set[0])", num_outputs)
+    if (made[0].shape, made[0].dtype) != (inputs.shape, inputs.dtype):
+        got, want = (f"{tuple(x.shape)} {x.dtype}" for x in (made[0], inputs))
+        raise SeamError("data.py", f"augment(train_set[0]) is {got}; its input was {want}")
+
+
+def augmented(inputs: torch.Tensor, target: object, rng: np.random.Generator) -> Any:
+    """``data.augment`` of one sample, as the training loader calls it: ``(input, target)``,
+    the target moved with the input where augment takes it (a mask), else left as it is."""
+    augment: Callable[..., Any] = data.augment  # of either form
+    if takes(augment, "target"):
+        return augment(inputs, rng, target=target)
+    return augment(inputs, rng), target
+
+
 def takes(function: object, keyword: str) -> bool:
     """Whether a function of yours takes the optional ``keyword`` (``label_smoothing``,
-    ``top_k``, ``train_set``): the project then passes it, and allows the flag it serves."""
+    ``top_k``, ``train_set``, ``target``): the project then passes it, and allows the flag
+    it serves."""
     try:
         parameters = inspect.signature(function).parameters  # type: ignore[arg-type]
     except ValueError:  # a builtin without a signature
