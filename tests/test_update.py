@@ -813,10 +813,19 @@ def test_an_update_from_the_last_release_leaves_its_seams_alone(
     done = combos.run([*train, "--out-dir", str(whole)], cwd=project, **fork_server.env)
     assert done.returncode == 0, describe(done)
 
-    update(project, "v0.1.0")  # this checkout
+    recorded = "template_version" in answers(project)
+    said = update_cli(project, "v0.1.0")  # this checkout
     assert_no_conflicts(project)
     for name, text in released.items():
         assert (pkg / name).read_text() == text, f"the update changed {name}"
+    # The notes of the versions after the release's, and how to install again.
+    version = last_release.removeprefix("release-")
+    if recorded:
+        assert f"  {version}: " not in said, said
+    else:  # 0.2.0 and before recorded no version: each note names its commit
+        assert "Skip the notes of the\nversion whose commit that is" in said, said
+        assert f"  {version} (template commit " in said, said
+    assert "`pip install -e . --group dev`" in said, said
     assert all((pkg / name).exists() for name in SEAMS), sorted(p.name for p in pkg.iterdir())
     # The stopped run resumes with --resume auto and no other flag, and ends bit for bit as
     # the release's uninterrupted run did: the step's code computes alike.
