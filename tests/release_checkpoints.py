@@ -1,5 +1,6 @@
 """The archive of checkpoints that each released version wrote (tests/data/checkpoints), and
-the script that writes it again: `python tests/release_checkpoints.py`.
+the script that writes a new version's: `python tests/release_checkpoints.py` (`--all`: every
+version's again).
 
 For each version that CHANGELOG.md names with its template commit, and each combination of
 RUNS (the ones whose checkpoints differ in layout: replicated, with each process's random
@@ -86,9 +87,12 @@ def write(version: str, commit: str, combo_id: str, work: Path) -> None:
 
 
 def main() -> None:
+    """The versions the archive lacks; with --all, every version again."""
     with tempfile.TemporaryDirectory() as folder:
         for version, commit in releases():
             for combo_id in RUNS:
+                if (ARCHIVE / version / combo_id).exists() and "--all" not in sys.argv:
+                    continue
                 write(version, commit, combo_id, Path(folder))
                 print(f"{version} {combo_id}: written")
 
