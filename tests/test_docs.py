@@ -274,3 +274,20 @@ def test_cited_test_files_and_tests_exist() -> None:
         for name in sorted(cited - functions - {f.removesuffix(".py") for f in files}):
             missing.append(f"{page.relative_to(REPO_ROOT)}: no test function {name}")
     assert not missing, "\n".join(missing)
+
+
+def test_every_template_ref_the_pages_name_exists() -> None:
+    """A `--vcs-ref` or `git merge` of this template names HEAD, `:current:` or a commit that
+    a CHANGELOG heading names (no release is tagged yet), or a tag the page's own commands
+    make (a team's `+team.N`): copier fails with a traceback on a ref that does not exist."""
+    changelog = (REPO_ROOT / "CHANGELOG.md").read_text()
+    commits = set(
+        re.findall(r"^## \[\d+\.\d+\.\d+\] - .*, template commit (\w+)$", changelog, re.M)
+    )
+    wrong = []
+    for page in [REPO_ROOT / "README.md", *(REPO_ROOT / "docs").rglob("*.md")]:
+        found = re.findall(r"--vcs-ref ([\w.:+]+)|git merge (v?\d[\w.+]*)", page.read_text())
+        for ref in ["".join(groups) for groups in found]:
+            if ref not in {"HEAD", ":current:", *commits} and not re.search(r"\+team\.\d+$", ref):
+                wrong.append(f"{page.relative_to(REPO_ROOT)}: {ref}")
+    assert not wrong, "refs that no commit or tag is: " + ", ".join(wrong)

@@ -22,11 +22,14 @@ from combos import (
     DEFAULT,
     PACKAGE,
     TABLE,
+    TEMPLATE_DIR,
     Combo,
     describe,
     expected_files,
     render,
 )
+from jinja2.sandbox import SandboxedEnvironment
+from jinja2_ansible_filters import AnsibleCoreFiltersExtension
 
 COMBOS = pytest.mark.parametrize("combo", ALL, ids=lambda combo: combo.id)
 PKG = Path("src") / PACKAGE
@@ -599,3 +602,20 @@ def test_a_command_exits_without_the_last_garbage_collection(rendered, tmp_path:
     assert result.returncode == 0, describe(result)
     assert (tmp_path / "handled").exists(), "an exit handler did not run"
     assert not (tmp_path / "finalized").exists(), "the last collection ran at exit"
+
+
+def test_the_readme_leads_to_the_guide_to_your_own_data(rendered) -> None:
+    """The guide to your data, model and task (the template's docs/own-data.md): a link
+    where the template was copied from a GitHub or GitLab URL, else where it lies."""
+    readme = (rendered(DEFAULT) / "README.md").read_text()
+    assert '"Your data, your model, your task" (`docs/own-data.md` in\n  the template' in readme
+    text = (TEMPLATE_DIR / "README.md.jinja").read_text()
+    start = text.index("the template's guide, ")
+    part = text[start : text.index("{% endif %}", start) + len("{% endif %}")]
+    env = SandboxedEnvironment(extensions=[AnsibleCoreFiltersExtension])  # copier's filters
+    for src, link in [
+        ("https://github.com/me/tmpl.git", "https://github.com/me/tmpl/blob/HEAD/docs/own-data.md"),
+        ("https://gitlab.com/we/tmpl", "https://gitlab.com/we/tmpl/-/blob/HEAD/docs/own-data.md"),
+    ]:
+        said = env.from_string(part).render(_copier_answers={"_src_path": src})
+        assert f'["Your data, your model, your\n  task"]({link})' in said, said

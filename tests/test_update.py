@@ -12,6 +12,7 @@ arrived, that no conflict markers appeared, and that nothing else changed.
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import re
 import shutil
@@ -22,8 +23,11 @@ from pathlib import Path
 
 import combos
 import pytest
-from combos import ALL_OFF, PACKAGE, SHORT_RUN, copier_cli, render
+import release_checkpoints
+from combos import ALL_OFF, PACKAGE, SHORT_RUN, copier_cli, describe, render
 from copier import run_update
+from forkserver import PYTHON as FORKED
+from test_e2e import STOPPED_AT_STEP_2, assert_identical
 
 pytestmark = pytest.mark.update
 
@@ -769,14 +773,22 @@ def last_release(template: Path) -> str:
     return f"release-{version}"
 
 
+def metrics(out_dir: Path) -> list[dict]:
+    """A run's metrics.jsonl records, without the wall-clock throughput."""
+    lines = (out_dir / "metrics.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(line).items() if k != "samples_per_sec"} for line in lines]
+
+
 def test_an_update_from_the_last_release_leaves_its_seams_alone(
-    render_at, last_release: str, tmp_path: Path
+    render_at, last_release: str, fork_server, tmp_path: Path
 ):
     """A project of the last release whose user replaced every seam of that release with
     code of their own: the update to this checkout has no conflict, leaves those files byte
-    for byte, brings any new seam with its example, and the project still trains. (Where a
+    for byte, brings any new seam with its example, and a run that the release started and
+    SIGTERM stopped resumes with `--resume auto` and no other flag, bit for bit. (Where a
     change breaks the released contract on purpose, its "What you must do" says what to
     change, and so must this test's seams.)"""
+    torch = pytest.importorskip("torch")
     project = render_at(last_release, tmp_path / "project")
     commit_all(project, "Render the template")
     pkg = project / "src" / PACKAGE
@@ -786,11 +798,48 @@ def test_an_update_from_the_last_release_leaves_its_seams_alone(
         (pkg / name).write_text(text)
     commit_all(project, "My data, model and loss")
 
-    update(project, "v0.1.0")  # this checkout
+    # A run of the release stopped by SIGTERM after step 2 (exit 75, as a preempted job),
+    # and the same run uninterrupted.
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "stopped_at_step_2.py").write_text(STOPPED_AT_STEP_2)
+    forked = {**fork_server.env, "PYTHONPATH": f"src{os.pathsep}{hooks}"}
+    split, whole = project / "runs" / "split", tmp_path / "whole"
+    args = [*SHORT_RUN, "--device", "cpu"]
+    train = [*FORKED, "-m", f"{PACKAGE}.train", *args]
+    stop = [*FORKED, "-m", "stopped_at_step_2", *args, "--out-dir", str(split)]
+    stopped = combos.run(stop, cwd=project, **forked)
+    assert stopped.returncode == 75, describe(stopped)
+    done = combos.run([*train, "--out-dir", str(whole)], cwd=project, **fork_server.env)
+    assert done.returncode == 0, describe(done)
+
+    recorded = "template_version" in answers(project)
+    said = update_cli(project, "v0.1.0")  # this checkout
     assert_no_conflicts(project)
     for name, text in released.items():
         assert (pkg / name).read_text() == text, f"the update changed {name}"
+    # The notes of the versions after the release's, and how to install again.
+    version = last_release.removeprefix("release-")
+    if recorded:
+        assert f"  {version}: " not in said, said
+    else:  # 0.2.0 and before recorded no version: each note names its commit
+        assert "Skip the notes of the\nversion whose commit that is" in said, said
+        assert f"  {version} (template commit " in said, said
+    assert "`pip install -e . --group dev`" in said, said
     assert all((pkg / name).exists() for name in SEAMS), sorted(p.name for p in pkg.iterdir())
+    # The stopped run resumes with --resume auto and no other flag, and ends bit for bit as
+    # the release's uninterrupted run did: the step's code computes alike.
+    resumed = combos.run(
+        [*train, "--out-dir", str(split), "--resume", "auto"], cwd=project, **fork_server.env
+    )
+    assert resumed.returncode == 0, describe(resumed)
+    assert "written before --best-metric: resuming with --best-metric acc" in resumed.stdout
+    a, b = (torch.load(d / "checkpoints" / "last.pt", weights_only=True) for d in (split, whole))
+    a.pop("config"), b.pop("config")  # out_dir, resume and the settings added since
+    # best.pt's score under its name since: the val_acc that the release's run recorded.
+    assert a.pop("best_score") == b.pop("best_val_acc")
+    assert_identical(a, b)
+    assert metrics(split) == metrics(whole)
     env = {**os.environ, "PYTHONPATH": str(project / "src"), "OMP_NUM_THREADS": "1"}
     env.pop("PYTEST_XDIST_WORKER", None)
     mine = [f"tests/{name}" for name in SEAM_TESTS]
@@ -798,7 +847,34 @@ def test_an_update_from_the_last_release_leaves_its_seams_alone(
     command += ["-p", "no:cacheprovider", "-p", "no:xdist"]
     done = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    assert_trains(project)
+
+
+# A checkpoint of each release, as its run was stopped (tests/release_checkpoints.py wrote them).
+def test_the_archive_holds_a_checkpoint_of_each_release():
+    released = {version for version, _ in release_checkpoints.releases()}
+    kept = {(path.parent.name, path.name) for path in release_checkpoints.archived()}
+    expected = {(version, combo) for version in released for combo in release_checkpoints.RUNS}
+    assert kept == expected, "run `python tests/release_checkpoints.py` to write the archive"
+
+
+@pytest.mark.parametrize(
+    "archived", release_checkpoints.archived(), ids=lambda path: f"{path.parent.name}-{path.name}"
+)
+def test_a_checkpoint_of_each_release_resumes(rendered, fork_server, archived, tmp_path: Path):
+    """A checkpoint that a release wrote as SIGTERM stopped its run under torchrun resumes
+    in this checkout's render of the same answers with `--resume auto` and no other flag,
+    and the run finishes. In one process, the cheapest run: the two processes' random
+    streams and loss sums are read, and folded, and a sharded folder is read whole."""
+    torch = pytest.importorskip("torch")
+    out_dir = tmp_path / "run"
+    shutil.copytree(archived, out_dir, symlinks=True)
+    args = [*release_checkpoints.ARGV, "--out-dir", str(out_dir), "--resume", "auto"]
+    root = rendered(release_checkpoints.RUNS[archived.name])
+    done = combos.run([*FORKED, "-m", f"{PACKAGE}.train", *args], cwd=root, **fork_server.env)
+    assert done.returncode == 0, describe(done)
+    assert f"at epoch 1, step {release_checkpoints.STOP}\n" in done.stdout, done.stdout
+    last = torch.load(out_dir / "checkpoints" / "last.pt", weights_only=True)
+    assert last["epoch"] == 2, "the run did not finish"
 
 
 # ------------------------------------------------------ versions: what you must do, after update

@@ -136,8 +136,10 @@ def check_sample(sample: object, where: str, num_outputs: int) -> None:
         raise SeamError("data.py", f"{where}'s input must be float or integer, not {inputs.dtype}")
     try:
         task.check_target(target, num_outputs)
-    except ValueError as error:
-        raise SeamError("data.py", f"{where}'s target {error} (task.check_target)") from None
+    except ValueError as error:  # which file is wrong, only you know: the line names both
+        message = f"{where}'s target {error}: task.check_target refuses it; change the target "
+        message += "(data.py) or what check_target and the loss take (task.py, loss.py)"
+        raise SeamError("data.py or task.py", message) from None
 
 
 def check_augment(sample: tuple, num_outputs: int) -> None:
