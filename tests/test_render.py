@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import logging
+import os
 import re
 import shutil
 import subprocess
@@ -588,14 +589,18 @@ del cycle
 """
 
 
-def test_a_command_exits_without_the_last_garbage_collection(rendered, tmp_path: Path) -> None:
-    """The package skips the interpreter's final collection at exit (`atexit.register(
-    gc.freeze)`: half a second of each command's exit, benchmarks/exit_cost.py), and the exit
-    handlers registered after it still run."""
+def test_only_the_tests_skip_the_last_garbage_collection(rendered, tmp_path: Path) -> None:
+    """Importing the package changes nothing at exit: the final collection runs. The
+    processes the tests start (tests/ on their path) skip it through tests/sitecustomize.py
+    (`atexit.register(gc.freeze)`: half a second of each exit, benchmarks/exit_cost.py), and
+    the exit handlers registered after it still run."""
     root = rendered(ALL_OFF)
     command = [sys.executable, "-c", EXIT_WITHOUT_THE_LAST_COLLECTION]
-    env = {"PYTHONPATH": str(root / "src"), "PATH": "/usr/bin:/bin"}
-    result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
-    assert result.returncode == 0, describe(result)
-    assert (tmp_path / "handled").exists(), "an exit handler did not run"
-    assert not (tmp_path / "finalized").exists(), "the last collection ran at exit"
+    for paths, collected in [([root / "src"], True), ([root / "src", root / "tests"], False)]:
+        env = {"PYTHONPATH": os.pathsep.join(map(str, paths)), "PATH": "/usr/bin:/bin"}
+        cwd = tmp_path / str(len(paths))
+        cwd.mkdir()
+        result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
+        assert result.returncode == 0, describe(result)
+        assert (cwd / "handled").exists(), "an exit handler did not run"
+        assert (cwd / "finalized").exists() == collected, paths
