@@ -3,15 +3,15 @@
     python benchmarks/exit_cost.py            # about a minute on 2 CPU cores
     python benchmarks/exit_cost.py --runs 20
 
-The rendered package registers ``atexit.register(gc.freeze)`` as it is imported (its
-``__init__.py``), so that a command's exit does not walk every object torch made. This renders
+The rendered tests' ``sitecustomize.py`` registers ``atexit.register(gc.freeze)`` in every
+process they start, so that its exit does not walk every object torch made. This renders
 the all-off project and runs two commands, each both ways in turns (so that a busy machine
 slows both alike): ``import`` (the package's train module imported, then exit: what
 ``--help`` and every start-up error costs) and ``train`` (the end-to-end tests' short run,
-``combos.SHORT_RUN``). "without" is the same process with the freeze unregistered right after
-the import, so the last collection runs as it would without it. It prints the median wall
-seconds of each and their ratio; the seconds saved are those of every command's exit, and of
-every process CI starts from a render.
+``combos.SHORT_RUN``). "with" is the same process with the freeze registered first, as the
+tests' sitecustomize does; "without" is the package alone. It prints the median wall
+seconds of each and their ratio; the seconds saved are those of the exit of every process
+that the tests of a render start.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from combos import BY_ID, PACKAGE, SHORT_RUN, render  # noqa: E402
 # argv[1]: "with" or "without"; the rest: train's flags, or nothing to import and exit.
 COMMAND = f"""
 import atexit, gc, runpy, sys
+if sys.argv[1] == "with":
+    atexit.register(gc.freeze)
 import {PACKAGE}.train
-if sys.argv[1] == "without":
-    atexit.unregister(gc.freeze)
 if len(sys.argv) > 2:
     sys.argv = ["train", *sys.argv[2:]]
     runpy.run_module("{PACKAGE}.train", run_name="__main__")
