@@ -257,8 +257,8 @@ class Bundle:
         run_dir = self.scratch / "runs" / key
         report = self.scratch / "reports" / key
         report.parent.mkdir(parents=True, exist_ok=True)
-        short = CUDA_RUN if self.device == "cuda" else [*self.manifest["short_run"]]
-        short += ["--log-every", "4"] if self.device == "cpu" else []
+        cpu_run = [*self.manifest["short_run"], "--log-every", "4"]
+        short = CUDA_RUN if self.device == "cuda" else cpu_run
         own = [] if bench else [*short, *combo["run_flags"]]
         argv = [*own, *flags, "--device", self.device, "--out-dir", str(run_dir)]
         measure = [str(HERE / "measure.py"), str(report), self.manifest["package"]]
