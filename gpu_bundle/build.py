@@ -20,8 +20,6 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 
 from combos import ALL_OFF, COVERING, DEFAULT, MOST, PACKAGE, SHORT_RUN, Combo, render  # noqa: E402
 
-# What run.py --quick covers: all toggles on, all on sharded (FSDP2 on nccl), and all off.
-QUICK = [DEFAULT.id, MOST["sharding"].id, ALL_OFF.id]
 MAX_BYTES = 32 * 2**20
 
 
@@ -42,7 +40,8 @@ def build(dest: Path, rendered: Callable[[Combo], Path] | None = None) -> Path:
         "package": PACKAGE,
         "short_run": SHORT_RUN,
         "default": DEFAULT.id,
-        "quick": QUICK,
+        "sharded": MOST["sharding"].id,
+        "off": ALL_OFF.id,
         "combos": [
             {"id": combo.id, **combo.toggles, "run_flags": combo.run_flags()} for combo in COVERING
         ],

@@ -1,4 +1,5 @@
-"""Run one rendered project's training, then record its exit code and peak GPU memory.
+"""Run one rendered project's training, then record its exit code and peak GPU memory
+(allocated and reserved by torch's caching allocator).
 
     python measure.py REPORT PACKAGE [train flags...]
 
@@ -17,7 +18,9 @@ import torch
 report, package, *argv = sys.argv[1:]
 train = importlib.import_module(f"{package}.train")
 code = train.main(argv)
-peak = torch.cuda.max_memory_allocated() if torch.cuda.is_initialized() else None
+cuda = torch.cuda.is_initialized()
+peak = torch.cuda.max_memory_allocated() if cuda else None
+reserved = torch.cuda.max_memory_reserved() if cuda else None
 with open(f"{report}.rank{os.environ.get('RANK', '0')}.json", "w") as file:
-    json.dump({"exit_code": code, "peak_bytes": peak}, file)
+    json.dump({"exit_code": code, "peak_bytes": peak, "peak_reserved": reserved}, file)
 sys.exit(code)

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 import venv
 from importlib import metadata
 from pathlib import Path
@@ -80,22 +81,33 @@ def test_bundle_builds_and_runs_quick(rendered, tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
+    # Three files, rewritten after each result: a run cut at its limit keeps what it finished.
+    assert sorted(path.name for path in out.iterdir()) == [
+        "logs.tar.gz",
+        "results.json",
+        "results.md",
+    ]
+    with tarfile.open(out / "logs.tar.gz") as archive:
+        assert f"junit/{DEFAULT.id}.xml" in archive.getnames()
     results = json.loads((out / "results.json").read_text())
     assert all(r.keys() == {"name", "status", "seconds", "detail"} for r in results)
-    by_name = {r["name"]: r for r in results}
-    assert {f"train: {ALL_OFF.id}", f"train: {DEFAULT.id}"} <= by_name.keys()
-    # FSDP2, on nccl with CUDA.
-    assert by_name[f"train: {MOST['sharding'].id}"]["status"] == "pass"
-    # --quick runs the all-on project's CUDA checks alone: its whole suite is
-    # tests/test_project_suites.py's.
-    assert by_name[f"tests: {DEFAULT.id}"]["status"] == "pass"
-    assert "samples/s" in by_name[f"train: {ALL_OFF.id}"]["detail"]
+    # The CUDA checks first, then the trainings.
+    assert results[1]["name"] == f"cuda checks: {DEFAULT.id}"
+    assert results[1]["status"] == "pass", results[1]
     cuda = [r for r in results if r["name"].startswith("cuda: ")]
-    assert len(cuda) == 9
+    assert len(cuda) == 12
     if DEVICE == "cpu":
         assert all(r["status"] == "skip" for r in cuda), cuda
-    else:  # a GPU without native bf16 skips that one check
+    else:  # a GPU without native bf16 skips those checks
         assert all(r["status"] == "pass" or r["detail"].endswith("no native bf16") for r in cuda)
+    trainings = [r for r in results if r["name"].startswith("train: ")]
+    assert [r["name"] for r in trainings] == [
+        f"train: bf16 ({DEFAULT.id})",
+        f"train: FSDP2 ({MOST['sharding'].id})",  # on nccl with CUDA
+        f"train: all off ({ALL_OFF.id})",
+    ]
+    assert all(r["status"] == "pass" and "samples/s" in r["detail"] for r in trainings), trainings
+    assert results[-1]["name"].startswith("not proven on ")
     table = (out / "results.md").read_text()
     assert table.count("\n") == len(results) + 2
 
