@@ -134,6 +134,11 @@ def check_sample(sample: object, where: str, num_outputs: int) -> None:
         )
     if inputs.is_complex() or inputs.dtype == torch.bool:
         raise SeamError("data.py", f"{where}'s input must be float or integer, not {inputs.dtype}")
+    check_target(target, where, num_outputs)
+
+
+def check_target(target: object, where: str, num_outputs: int) -> None:
+    """``task.check_target`` of the target of ``where``; its refusal one line naming both files."""
     try:
         task.check_target(target, num_outputs)
     except ValueError as error:  # which file is wrong, only you know: the line names both
