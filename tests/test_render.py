@@ -514,7 +514,92 @@ def test_files_pass_the_hygiene_hooks(rendered, combo: Combo) -> None:
                 problems.append(f"{name}:{number}: trailing whitespace")
             if re.search(r"#\s*noqa(?!:)|#\s*type:\s*ignore(?!\[)", line):
                 problems.append(f"{name}:{number}: blanket noqa or type: ignore")
-            if re.match(r"(    for paths, collected in [([root / "src"], True), ([root / "src", root / "tests"], False)]:
+            if re.match(r"(<<<<<<< |=======$|======= |>>>>>>> )", line):
+                problems.append(f"{name}:{number}: looks like a merge conflict marker")
+            if "\ufffd" in line:
+                problems.append(f"{name}:{number}: unicode replacement character")
+            if path.suffix == ".py" and re.search(r"\bimport pdb\b|\bbreakpoint\(\)", line):
+                problems.append(f"{name}:{number}: debug statement")
+        if path.suffix in (".yml", ".yaml"):
+            yaml.safe_load(text)
+        if path.suffix == ".toml":
+            tomllib.loads(text)
+    assert not problems, "\n".join(problems)
+
+
+def test_render_logs_nothing(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Under nox, whose root logger shows DEBUG, copier's git calls logged one line each."""
+    with caplog.at_level(logging.DEBUG):
+        render(BY_ID["none"].answers, tmp_path / "project")
+    assert not caplog.records, [record.getMessage() for record in caplog.records][:5]
+
+
+def test_the_readme_conflict_search_finds_markers_and_not_itself(rendered, tmp_path: Path) -> None:
+    """The README's command for conflict markers, run in a fresh project: nothing; with a
+    conflict left by copier update: that file alone."""
+    root = tmp_path / "project"
+    shutil.copytree(rendered(DEFAULT), root)
+    readme = (root / "README.md").read_text()
+    command = re.search(r"Find them with `(git grep [^`]+)`", readme)
+    assert command, "the README names no conflict search"
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], cwd=root, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=root, check=True)
+    search = ["bash", "-c", command.group(1)]
+    found = subprocess.run(search, cwd=root, capture_output=True, text=True, check=False)
+    assert found.stdout == "", found.stdout
+    config = root / "src" / PACKAGE / "config.py"
+    config.write_text("<<<<<<< before updating\n=======\n>>>>>>> after updating\n")
+    found = subprocess.run(search, cwd=root, capture_output=True, text=True, check=False)
+    assert found.stdout.splitlines() == [f"src/{PACKAGE}/config.py:1:<<<<<<< before updating"]
+
+
+@pytest.mark.parametrize("backend", ["cu128", "none"])
+def test_torch_backend_sets_uv_and_pip_alike(tmp_path: Path, backend: str) -> None:
+    """uv's index for torch (pyproject) and the README's pip command name one build."""
+    root = render({**BY_ID["none"].answers, "torch_backend": backend}, tmp_path / "project")
+    pyproject = tomllib.loads((root / "pyproject.toml").read_text())
+    readme = (root / "README.md").read_text()
+    if backend == "none":
+        assert "uv" not in pyproject.get("tool", {})
+        assert "download.pytorch.org" not in readme and "3 GB" in readme
+        return
+    url = f"https://download.pytorch.org/whl/{backend}"
+    uv = pyproject["tool"]["uv"]
+    assert uv["index"] == [{"name": f"pytorch-{backend}", "url": url, "explicit": True}]
+    assert [source["index"] for source in uv["sources"]["torch"]] == [f"pytorch-{backend}"]
+    assert f"pip install torch --index-url {url}" in readme
+    assert set(uv["sources"]) == {"torch"}  # every other package from PyPI
+
+
+# In a render's process: an exit handler registered after the import, which must run all
+# the same, and garbage left in a reference cycle, whose finalizer writes a file once a
+# garbage collection reaches it. The collection just before it sets the collector's counts
+# to zero, so that none but the one at exit could reach it in the few allocations left.
+EXIT_WITHOUT_THE_LAST_COLLECTION = f"""
+import atexit, gc
+import {PACKAGE}
+
+class Cycle:
+    def __del__(self, open=open):
+        open("finalized", "w").close()
+
+atexit.register(lambda: open("handled", "w").close())
+gc.collect()
+cycle = Cycle()
+cycle.me = cycle
+del cycle
+"""
+
+
+def test_only_the_tests_skip_the_last_garbage_collection(rendered, tmp_path: Path) -> None:
+    """Importing the package changes nothing at exit: the final collection runs. The
+    processes the tests start (tests/ on their path) skip it through tests/sitecustomize.py
+    (`atexit.register(gc.freeze)`: half a second of each exit, benchmarks/exit_cost.py), and
+    the exit handlers registered after it still run."""
+    root = rendered(ALL_OFF)
+    command = [sys.executable, "-c", EXIT_WITHOUT_THE_LAST_COLLECTION]
+    for paths, collected in [([root / "src"], True), ([root / "src", root / "tests"], False)]:
         env = {"PYTHONPATH": os.pathsep.join(map(str, paths)), "PATH": "/usr/bin:/bin"}
         cwd = tmp_path / str(len(paths))
         cwd.mkdir()
