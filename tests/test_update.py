@@ -57,6 +57,10 @@ GIT += ["-c", "tag.gpgsign=false", "-c", "init.defaultBranch=main", "-c", "core.
 # renders. `foreach=True` is a real option of clip_grad_norm_: a plausible small fix.
 TRAIN_FIXES = [
     (
+        "clip_grad_norm_(run.model.parameters(), config.grad_clip)",
+        "clip_grad_norm_(run.model.parameters(), config.grad_clip, foreach=True)",
+    ),
+    (
         "clip_grad_norm_(run.model.parameters(), run.config.grad_clip)",
         "clip_grad_norm_(run.model.parameters(), run.config.grad_clip, foreach=True)",
     ),
