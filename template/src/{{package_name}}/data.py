@@ -50,8 +50,7 @@ def augment(image: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
     Returning the image unchanged is valid. What to tune for your data: the shift (up to
     ``pad`` pixels, filled with zeros; images that fill the frame tolerate less) and the
     noise (a fraction of each image's standard deviation). Flips and larger crops suit
-    natural photos, not digits or text. A target that must move with the image (a mask,
-    boxes) is taken too: ``augment(image, rng, target)`` returns ``(image, target)``.
+    natural photos, not digits or text.
     """
     pad = 1
     height, width = image.shape[-2:]
