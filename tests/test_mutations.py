@@ -56,7 +56,7 @@ MUTATIONS = [
     Mutation(
         "DataLoader workers start with the stop signals not held",
         "loading.py",
-        "held = signal.pthread_sigmask(signal.SIG_BLOCK, LEFT_TO_MAIN)",
+        "held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)",
         "held = signal.pthread_sigmask(signal.SIG_BLOCK, [])",
         "test_checkpoint.py::test_a_stop_while_the_workers_start_is_a_stop_like_any_other",
     ),
@@ -216,8 +216,9 @@ MUTATIONS = [
         "the EMA walks state_dict, which lists a tied weight twice",
         "ema.py",
         "    current = dict(net.named_parameters()) | dict(net.named_buffers())\n"
-        "    for name, average in [*ema.named_parameters(), *ema.named_buffers()]:",
-        "    current = net.state_dict()\n    for name, average in ema.state_dict().items():",
+        "    # Parameters apart from buffers: sharded, the ones are DTensors and the others not.\n"
+        "    for named in (list(ema.named_parameters()), list(ema.named_buffers())):",
+        "    current = net.state_dict()\n    for named in (list(ema.state_dict().items()),):",
         "test_ema.py::test_a_tied_weight_is_averaged_once_a_step",
     ),
     Mutation(
@@ -305,7 +306,7 @@ SHARDED_MUTATIONS = [
     Mutation(
         "no fully_shard on the root",
         "sharding.py",
-        "    fully_shard(net, mp_policy=mixed)\n",
+        "    fully_shard(net, mesh=mesh, mp_policy=mixed)\n",
         "",
         "test_sharding.py",
     ),
