@@ -216,7 +216,6 @@ MUTATIONS = [
         "the EMA walks state_dict, which lists a tied weight twice",
         "ema.py",
         "    current = dict(net.named_parameters()) | dict(net.named_buffers())\n"
-        "    # Parameters apart from buffers: sharded, the ones are DTensors and the others not.\n"
         "    for named in (list(ema.named_parameters()), list(ema.named_buffers())):",
         "    current = net.state_dict()\n    for named in (list(ema.state_dict().items()),):",
         "test_ema.py::test_a_tied_weight_is_averaged_once_a_step",
