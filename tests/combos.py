@@ -117,9 +117,9 @@ TABLE = [
         "ckpt",
         # The bare word "checkpoint" is no trace: model.py always uses
         # torch.utils.checkpoint (activations).
-        traces=("resume", "save_run", "CheckpointError", "SIGTERM", "safetensors")
+        traces=("resume", "save_run", "CheckpointError", "SIGTERM", "max_time")
         + ("save_every", "keep_last"),
-        flags=("--resume", "--save-every", "--keep-last"),
+        flags=("--resume", "--save-every", "--keep-last", "--max-time"),
     ),
     Toggle(
         "deterministic",
