@@ -844,6 +844,8 @@ def test_an_update_from_the_last_release_leaves_its_seams_alone(
     assert a.pop("best_score") == b.pop("best_val_acc")
     # The last epoch's metrics record, which checkpoints keep since: compared below, as metrics.
     a.pop("record", None)
+    # The running settings: the release's, and those added since (--max-time, ...).
+    assert set(b.pop("may_change")) <= set(a.pop("may_change"))
     assert_identical(a, b)
     assert metrics(split) == metrics(whole)
     env = {**os.environ, "PYTHONPATH": str(project / "src"), "OMP_NUM_THREADS": "1"}
