@@ -12,6 +12,7 @@ entry here. A combination's id lists its answers that are on, in TABLE's order
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import itertools
 import logging
@@ -394,6 +395,29 @@ def owned_files(name: str) -> set[str]:
     more answers share (``{% if checkpointing or ddp %}``) is each one's."""
     alone, without = expected_files(ALONE[name]), expected_files(ALONE[name].without(name))
     return alone[0] - without[0]
+
+
+def slow_tests(path: Path) -> list[str]:
+    """What ``pytest --deselect`` takes to leave out the tests of a rendered test file that
+    are marked slow (by a decorator, or all of them by the module's pytestmark), as node ids
+    from the project's root. A slow test whose name begins another test's is refused: the
+    ids are prefixes, and would leave that one out too."""
+    tree = ast.parse(path.read_text())
+    node_id = f"tests/{path.name}"
+    for node in tree.body:
+        targets = map(ast.unparse, node.targets) if isinstance(node, ast.Assign) else []
+        if "pytestmark" in targets and ast.unparse(node.value) == "pytest.mark.slow":
+            return [node_id]
+    tests = [node for node in tree.body if isinstance(node, ast.FunctionDef)]
+    slow = [
+        test.name
+        for test in tests
+        if any(ast.unparse(mark).startswith("pytest.mark.slow") for mark in test.decorator_list)
+    ]
+    for name in slow:
+        begun = [test.name for test in tests if test.name != name and test.name.startswith(name)]
+        assert not begun, f"{path.name}: {name} begins {begun}: --deselect would leave them out"
+    return [f"{node_id}::{name}" for name in slow]
 
 
 def copier_cli(

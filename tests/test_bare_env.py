@@ -93,6 +93,9 @@ def test_sessions_pass_in_a_bare_environment(tmp_path: Path) -> None:
     """One test, not one per render, so that pytest-xdist cannot split the shared venv."""
     root = tmp_path / "venv"
     env = make_venv(root)
+    # One mypy cache for both renders: the second reuses the first's analysis of torch (about
+    # a minute); mypy checks again whatever differs, so the cache changes no result.
+    env["MYPY_CACHE_DIR"] = str(tmp_path / "mypy-cache")
     python = str(root / "bin" / "python")
     for name, answers in RENDERS.items():  # in this order: all off first (see above)
         project = render(answers, tmp_path / name)

@@ -4,10 +4,9 @@ Each recipe is taken from the page, appended to the end of a rendered project's 
 (a model recipe to the end of its model.py, a loss and a task recipe to the ends of its
 loss.py and task.py), given
 a small dataset in the layout it expects, and then the project's own tests pass and one
-epoch of training runs. The image recipes run the fast part of the project's suite; the
-model without backbone and head and the three tasks that are not the example's
-classification (a regression, multi-label, next-token) run all of it, training processes
-included. The regression must beat least squares on the same split.
+epoch of training runs. Every recipe runs the fast part of the project's suite; the
+regression and next-token tasks also the slow tests that see the task (SLOW_TOO). The
+regression must beat least squares on the same split.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from combos import DEFAULT, PACKAGE, REPO_ROOT, describe, owned_files, run
+from combos import DEFAULT, PACKAGE, REPO_ROOT, describe, run, slow_tests
 from forkserver import PYTHON as FORKED
 
 pytestmark = pytest.mark.suite
@@ -230,23 +229,27 @@ MODELS |= {"dict-outputs": "dict-outputs-model", "segmentation": "segmentation-m
 NOT_THE_EXAMPLES = ("regression", "multi-label", "tokens", "dict-outputs", "segmentation")
 LOSSES = {name: f"{name}-loss" for name in NOT_THE_EXAMPLES}
 TASKS = {name: f"{name}-task" for name in NOT_THE_EXAMPLES}
-# The project's slow tests run for the two tasks whose targets the machinery's slow paths
-# see differently from a classification's: float targets, a metric that falls (loss) beside
-# one that rises (R²) in regression, and int64 inputs, tied weights and outputs per position
-# in next-token prediction. They train, resume, evaluate, predict and export the recipe's own
-# task in new processes, and under torchrun (test_after_training, test_loggers,
-# test_training_options, where a task's sums are all-reduced). The other recipes run the
-# fast tier, which holds every test of the data, model and task contract.
+# The project's slow tests that see the task run for the two tasks whose targets the
+# machinery's slow paths see differently from a classification's: float targets, a metric
+# that falls (loss) beside one that rises (R²) in regression, and int64 inputs, tied weights
+# and outputs per position in next-token prediction. They train the recipe's own task in new
+# processes, and under torchrun, then evaluate, predict and export it (test_after_training)
+# and send its metrics to the trackers across a stop (test_loggers). The other recipes run
+# the fast tier, which holds every test of the data, model and task contract.
 SLOW_TOO = {"regression", "tokens"}
-# Not even there the test files that ddp owns (all slow): they prove the process tree
-# (signals, restarts, a node that leaves, N processes against one), the same code whatever
-# the seams hold, and tests/test_project_suites.py proves them in the rendered suites (about
-# 55% of the all-on slow tier).
-PROCESS_TREE = [
-    f"--deselect={name}"
-    for name in sorted(owned_files("ddp"))
-    if Path(name).name.startswith("test_")
-]
+TASK_SLOW_FILES = {"test_after_training.py", "test_loggers.py"}
+# The other slow tests prove the process tree (signals, kill -9, a full disk, restarts, a node
+# that leaves, N processes against one): the same code whatever the seams hold, which
+# tests/test_project_suites.py proves in the rendered suites (about 85% of the slow tier).
+
+
+def process_tree_tests(root: Path) -> list[str]:
+    """--deselect flags for the slow tests of ``root``'s test files but TASK_SLOW_FILES."""
+    files = sorted(path for path in (root / "tests").glob("test_*.py"))
+    others = [path for path in files if path.name not in TASK_SLOW_FILES]
+    return [f"--deselect={node_id}" for path in others for node_id in slow_tests(path)]
+
+
 # Training flags of a case: the example data, smaller, for the epoch that trains.
 FLAGS = {"resnet-like": ["--train-size", "256", "--val-size", "64"]}
 FLAGS["dict-outputs"] = FLAGS["resnet-like"]
@@ -304,7 +307,7 @@ def test_recipe_passes_the_project_tests_and_trains(
 
     pytest_args = [*FORKED, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-rs"]
     if name in SLOW_TOO:  # -m "": the slow tests too, which the rendered pyproject leaves out
-        select = ["-m", "", *PROCESS_TREE]
+        select = ["-m", "", *process_tree_tests(root)]
         result = run([*pytest_args, *select, "-n", "2"], cwd=root, timeout=1500, **env)
     else:  # the fast part of the suite (the slow part starts training processes)
         result = run([*pytest_args, "-m", "not slow"], cwd=root, **env)

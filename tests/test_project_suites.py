@@ -6,7 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from combos import ALL_OFF, ALL_ON, ALONE, COVERING, DEVICE, MOST, Combo, describe, run
+from combos import ALL_OFF, ALL_ON, ALONE, COVERING, DEVICE, MOST, Combo, describe, run, slow_tests
 from forkserver import PYTHON as FORKED
 
 pytestmark = pytest.mark.suite
@@ -15,8 +15,9 @@ pytestmark = pytest.mark.suite
 def runs_slow_tests(combo: Combo) -> bool:
     """Whether this combination's suite includes its tests marked slow (real processes).
 
-    All on (replicated, and sharded: its checkpoints are other code), all off and each toggle
-    alone run everything. The other combinations run their fast tests only: their slow tests
+    All on (replicated, and sharded: its checkpoints are other code, whose slow tests run
+    where its test files differ, see replicated_slow_tests), all off and each toggle alone run
+    everything. The other combinations run their fast tests only: their slow tests
     (signals to process trees, full disks, resumes in new processes) repeat the all-on
     project's nearly step for step, and running them in every suite would double CI's time.
     On the CPU sync_bn alone is no exception: SyncBatchNorm runs on CUDA alone, so there its
@@ -24,6 +25,26 @@ def runs_slow_tests(combo: Combo) -> bool:
     """
     repeats_ddp_alone = DEVICE == "cpu" and combo == ALONE["sync_bn"]
     return combo in [ALL_ON, ALL_OFF, *ALONE.values(), MOST["sharding"]] and not repeats_ddp_alone
+
+
+def replicated_slow_tests(sharded: Path, replicated: Path) -> list[str]:
+    """--deselect flags for the all-on sharded suite: the slow tests of its test files that
+    are the replicated all-on render's, letter for letter (test_checkpoint.py's, say).
+
+    Its slow tier then runs where its tests differ: torchrun's process tree with sharded
+    checkpoints (test_distributed.py), the after-training commands on a folder of shards,
+    test_sharding.py. The files left out run one process, where the two renders' code
+    differs only in how the model's and optimizer's state dicts are gathered and loaded, which
+    the fast tier's resumes in this suite prove; their slow tests (signals, kill -9, a full
+    disk) prove the same writes and stops as the replicated suite's (about 330 s of CI).
+    """
+    same = [
+        path
+        for path in sorted((sharded / "tests").glob("test_*.py"))
+        if (replicated / "tests" / path.name).is_file()
+        and path.read_bytes() == (replicated / "tests" / path.name).read_bytes()
+    ]
+    return [f"--deselect={node_id}" for path in same for node_id in slow_tests(path)]
 
 
 @pytest.mark.parametrize("combo", COVERING, ids=lambda combo: combo.id)
@@ -39,6 +60,8 @@ def test_rendered_project_suite_passes(
     # -m "" clears the rendered pyproject's default -m "not slow": every test runs.
     slow = runs_slow_tests(combo) and not request.config.getoption("--quick")
     select = ["-m", ""] if slow else ["-m", "not slow"]
+    if slow and combo == MOST["sharding"]:
+        select += replicated_slow_tests(root, rendered(ALL_ON))
     # pytest itself forked from the fork server (tests/forkserver.py), torch imported: the
     # processes that the suite's tests start are fresh interpreters, as its user's are.
     result = run(
