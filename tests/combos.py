@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import copier
 import jinja2
@@ -315,7 +316,7 @@ def render(
     ignored) changes; the DirtyLocalWarning that says so is expected here and not shown.
     tests/test_update.py passes another template (a clone with tags) and a tag as vcs_ref.
     """
-    with _quiet_copier():
+    with _quiet_copier(), mock.patch.object(jinja2.Environment, "compile", _compile_once):
         copier.run_copy(
             str(template),
             str(dest),
@@ -326,6 +327,53 @@ def render(
             vcs_ref=vcs_ref,
         )
     return Path(dest)
+
+
+# Jinja's compiled code, by its source and the settings of the Environment that shape it.
+# copier builds an Environment for each render, which compiles every question's strings and
+# every file of the template anew: about a third of a render's time (measured: 4.5 -> 3.2 s).
+# The same source under the same settings compiles to the same code, which each render runs
+# with its own environment and answers; the renders are byte for byte the same.
+_COMPILED: dict[tuple, Any] = {}
+_COMPILE = jinja2.Environment.compile
+
+
+def _compile_once(
+    env: jinja2.Environment,
+    source: Any,
+    name: str | None = None,
+    filename: str | None = None,
+    raw: bool = False,
+    defer_init: bool = False,
+) -> Any:
+    if raw or not isinstance(source, str):
+        return _COMPILE(env, source, name, filename, raw, defer_init)
+    settings = (
+        type(env),
+        tuple(sorted(env.extensions)),
+        env.block_start_string,
+        env.block_end_string,
+        env.variable_start_string,
+        env.variable_end_string,
+        env.comment_start_string,
+        env.comment_end_string,
+        env.line_statement_prefix,
+        env.line_comment_prefix,
+        env.trim_blocks,
+        env.lstrip_blocks,
+        env.newline_sequence,
+        env.keep_trailing_newline,
+        env.optimized,
+        env.is_async,
+        env.autoescape,
+        env.finalize,
+        tuple(sorted(env.filters)),
+        tuple(sorted(env.tests)),
+    )
+    key = (source, name, filename, defer_init, settings)
+    if key not in _COMPILED:
+        _COMPILED[key] = _COMPILE(env, source, name, filename, raw, defer_init)
+    return _COMPILED[key]
 
 
 @contextlib.contextmanager
