@@ -119,8 +119,9 @@ TABLE = [
         "ckpt",
         # The bare word "checkpoint" is no trace: model.py always uses
         # torch.utils.checkpoint (activations).
-        traces=("resume", "save_run", "CheckpointError", "SIGTERM", "max_time")
-        + ("save_every", "keep_last"),
+        # Nor are best.pt, last.pt and CheckpointError: every render keeps its weights.
+        traces=("resume", "save_run", "SIGTERM", "max_time", "save_every", "keep_last")
+        + ("step-<", "step-{", "step_files"),
         flags=("--resume", "--save-every", "--keep-last", "--max-time"),
     ),
     Toggle(

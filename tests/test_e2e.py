@@ -98,18 +98,24 @@ def test_short_training_run(
         assert first_start["world_size"] == torchrun_nproc
     check_start_and_end_lines(result.stdout, combo, nproc, args, out_dir)
 
-    if combo.checkpointing:
-        # The rendered suites (test_checkpoint.py, test_after_training.py) own resuming a
-        # finished run, evaluate, predict and export: here, that the checkpoints are written.
-        import torch
+    # Every render keeps its weights, and its evaluate takes them, in one process whatever
+    # trained them. The rendered suites (test_checkpoint.py, test_after_training.py) own
+    # resuming, exact metrics, predict and export.
+    import torch
 
-        for name in ["last.pt", "best.pt"]:
-            path = out_dir / "checkpoints" / name
-            if combo.sharding and combo.ddp:  # under torchrun: a folder of DCP shards
-                assert (path / ".metadata").is_file(), name
-                path = path / "run.pt"  # the run's state beside the shards
-            assert path.is_file(), name
-            assert isinstance(torch.load(path, map_location="cpu", weights_only=True), dict)
+    for name in ["last.pt", "best.pt"]:
+        path = out_dir / "checkpoints" / name
+        if combo.checkpointing and combo.sharding and combo.ddp:  # a folder of DCP shards
+            assert (path / ".metadata").is_file(), name
+            path = path / "run.pt"  # the run's state beside the shards
+        assert path.is_file(), name
+        assert isinstance(torch.load(path, map_location="cpu", weights_only=True), dict)
+    device = [] if DEVICE == "cpu" else ["--device", DEVICE]
+    evaluate = [*FORKED, "-m", f"{PACKAGE}.evaluate", "--out-dir", str(out_dir), *device]
+    result = run(evaluate, cwd=root, **fork_server.env)
+    assert result.returncode == 0, describe(result)
+    evaluated = json.loads((out_dir / "eval.json").read_text())
+    assert (evaluated["epoch"], evaluated["val_samples"]) == (1, 101), evaluated
 
     if combo.profiling:
         for name in ["trace.json", "summary.txt"]:
@@ -134,10 +140,10 @@ def check_start_and_end_lines(
     lines = stdout.splitlines()
     best = [line for line in lines if line.startswith("best: epoch 1 of 1, val_acc ")]
     assert len(best) == 1, stdout[-3000:]
-    assert ("checkpoints/best.pt" in best[0]) == combo.checkpointing, best[0]
+    assert "checkpoints/best.pt" in best[0], best[0]
     [next_line] = [line for line in lines if line.startswith("next: ")]
     assert f"{PACKAGE}.plot {out_dir}" in next_line
-    assert (f"{PACKAGE}.evaluate --out-dir {out_dir}" in next_line) == combo.checkpointing
+    assert f"{PACKAGE}.evaluate --out-dir {out_dir}" in next_line
 
 
 COVERING_IDS = pytest.mark.parametrize("combo", COVERING, ids=lambda combo: combo.id)

@@ -187,6 +187,26 @@ def test_switched_off_toggles_leave_no_trace(rendered, combo: Combo) -> None:
     assert not found, "traces of switched-off toggles:\n" + "\n".join(found)
 
 
+@COMBOS
+def test_every_command_named_is_there(rendered, combo: Combo) -> None:
+    """No file of a render tells the user to run a command it lacks: each ``python -m
+    <package>.X`` names a module of the package, each ``<package>-X`` a script of pyproject."""
+    root = rendered(combo)
+    scripts = tomllib.loads((root / "pyproject.toml").read_text())["project"]["scripts"]
+    script = PACKAGE.replace("_", "-")
+    pattern = re.compile(rf"python -m {PACKAGE}\.(\w+)|(?<![\w/-]){script}-(\w+)")
+    missing = [
+        f"{path.relative_to(root)}:{number}: {match.group(0)}"
+        for path in project_files(root)
+        if path.name != ANSWERS_FILE
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        for match in pattern.finditer(line)
+        if (match[1] and match[1] != "X" and not (root / PKG / f"{match[1]}.py").is_file())
+        or (match[2] and f"{script}-{match[2]}" not in scripts)
+    ]
+    assert not missing, "commands the render does not have:\n" + "\n".join(missing)
+
+
 # Names a library calls: torch a module's forward, pytest its hooks and marks,
 # multiprocessing the feeder-error hook of its queues.
 CALLED_BY_LIBRARIES = ("forward", "pytestmark", "pytest_*", "_on_queue_feeder_error")

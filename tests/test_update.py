@@ -485,19 +485,19 @@ def update_cli(project: Path, ref: str, *data: str) -> str:
 
 def test_turning_a_feature_off_deletes_edited_files_and_says_so(render_at, tmp_path: Path):
     project = edited_project(render_at, "v0.2.0", tmp_path / "project")
-    module = f"src/{PACKAGE}/checkpoint.py"
-    (project / module).write_text((project / module).read_text() + "# my checkpoint edit\n")
-    commit_all(project, "My checkpoint edit")
+    module = f"src/{PACKAGE}/profiling.py"
+    (project / module).write_text((project / module).read_text() + "# my profiling edit\n")
+    commit_all(project, "My profiling edit")
 
-    said = update_cli(project, ":current:", "checkpointing=false")
+    said = update_cli(project, ":current:", "profiling=false")
     assert not (project / module).exists()  # edited or not: no conflict, no .rej
     assert_no_conflicts(project)
     assert f" D {module}" in git(project, "status", "--porcelain").splitlines()
-    assert f"checkpointing=false: the update deleted {module}" in said, said
+    assert f"profiling=false: the update deleted {module}" in said, said
     assert "git checkout HEAD -- FILE" in said
     # What the message offers brings the edited file back.
     git(project, "checkout", "HEAD", "--", module)
-    assert (project / module).read_text().endswith("# my checkpoint edit\n")
+    assert (project / module).read_text().endswith("# my profiling edit\n")
 
 
 def test_renamed_package_does_not_get_the_template_changes(render_at, tmp_path: Path):
