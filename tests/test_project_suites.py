@@ -11,6 +11,8 @@ from forkserver import PYTHON as FORKED
 
 pytestmark = pytest.mark.suite
 
+AFTER = "test_after_training.py"
+
 
 def runs_slow_tests(combo: Combo) -> bool:
     """Whether this combination's suite includes its tests marked slow (real processes).
@@ -25,6 +27,17 @@ def runs_slow_tests(combo: Combo) -> bool:
     """
     repeats_ddp_alone = DEVICE == "cpu" and combo == ALONE["sync_bn"]
     return combo in [ALL_ON, ALL_OFF, *ALONE.values(), MOST["sharding"]] and not repeats_ddp_alone
+
+
+def proven_after_training(combo: Combo) -> bool:
+    """Whether another suite proves this one's tests/test_after_training.py: a toggle alone
+    without checkpointing but ddp and sharding. Their evaluate, predict and export are all
+    off's, reading the weights all off's save_weights writes, but for what the toggle adds
+    to them (bf16 autocast, deterministic kernels), which the all-on suite proves with
+    checkpointing; ddp and sharding alone keep theirs: torchrun, and whole weights
+    gathered from shards (about 160 s of CI)."""
+    alone = combo in ALONE.values() and combo not in (ALONE["ddp"], ALONE["sharding"])
+    return alone and not combo.checkpointing and combo != ALL_OFF
 
 
 def replicated_slow_tests(sharded: Path, replicated: Path) -> list[str]:
@@ -62,6 +75,8 @@ def test_rendered_project_suite_passes(
     select = ["-m", ""] if slow else ["-m", "not slow"]
     if slow and combo == MOST["sharding"]:
         select += replicated_slow_tests(root, rendered(ALL_ON))
+    if slow and proven_after_training(combo):
+        select += [f"--deselect={node}" for node in slow_tests(root / "tests" / AFTER)]
     # pytest itself forked from the fork server (tests/forkserver.py), torch imported: the
     # processes that the suite's tests start are fresh interpreters, as its user's are.
     result = run(
