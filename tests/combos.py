@@ -441,7 +441,7 @@ def expected_files(combo: Combo) -> tuple[set[str], set[str]]:
 def owned_files(name: str) -> set[str]:
     """The rendered paths a project gains with the answer ``name`` alone (and the answers it
     needs), found from the template's file names as expected_files finds them. A file that
-    more answers share (``{% if checkpointing or ddp %}``) is each one's."""
+    more answers share (``{% if amp or ddp %}``, say) is each one's."""
     alone, without = expected_files(ALONE[name]), expected_files(ALONE[name].without(name))
     return alone[0] - without[0]
 

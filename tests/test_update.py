@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]  # the template checkout under test
 SRC = "template/src/{{package_name}}"
 TRAIN = f"{SRC}/train.py.jinja"
 CONFIG = f"{SRC}/config.py.jinja"
-CHECKPOINT = f"{SRC}/{{% if checkpointing %}}checkpoint.py{{% endif %}}.jinja"
+CHECKPOINT = f"{SRC}/checkpoint.py.jinja"
 NEW_FILE = f"{SRC}/summary.py"  # the file that v0.2.0 adds
 PRE_COMMIT = "template/.pre-commit-config.yaml.jinja"  # v0.2.0 appends a comment to it
 PRE_COMMIT_CHANGE = "# v0.2.0: a template change to a file the user may delete\n"
@@ -405,14 +405,15 @@ def test_turning_checkpointing_off_and_on(render_at, tmp_path: Path):
 
     update(project, "v0.2.0", checkpointing=False)
     assert_no_conflicts(project)
-    assert not (pkg / "checkpoint.py").exists()
+    assert "def save_run" not in (pkg / "checkpoint.py").read_text()  # weights alone
+    assert not (project / "tests" / "test_checkpoint.py").exists()
     off = expected(render_at, "v0.2.0", tmp_path / "expected-off", checkpointing=False)
     assert_same_tree(project, off)
     commit_all(project, "Checkpointing off")
 
     update(project, "v0.2.0", checkpointing=True)
     assert_no_conflicts(project)
-    assert (pkg / "checkpoint.py").exists()
+    assert "def save_run" in (pkg / "checkpoint.py").read_text()
     assert_same_tree(project, expected(render_at, "v0.2.0", tmp_path / "expected-on"))
 
 
