@@ -6,9 +6,10 @@ what is written here, and every command checks it as it starts (``make_datasets`
 so that a file that no longer keeps it gets one line saying what to change.
 
 data.py
-    ``make_datasets(config) -> (train_set, val_set, num_outputs)``: two map-style datasets
-    (``len()`` and ``[index]``, neither empty) of ``(input, target)`` pairs, and the width of
-    the model's output (the classes of a classification, the values of a regression).
+    ``make_datasets(config) -> (train_set, val_set, num_outputs[, test_set])``: map-style
+    datasets (``len()`` and ``[index]``, none empty) of ``(input, target)`` pairs, and the
+    width of the model's output (the classes of a classification, the values of a regression).
+    The test set is optional: a finished run evaluates best.pt on it once, as ``test_<name>``.
     ``input`` is a tensor of shape (channels, ...), float (images, tables) or integer
     (token ids); ``target`` is what ``task.check_target`` accepts.
     ``augment(input, rng) -> input``: one training sample's augmentation, of the same shape
@@ -102,25 +103,30 @@ def check_functions() -> None:
             pass
 
 
-def make_datasets(config: Config) -> tuple[Dataset, Dataset, int]:
-    """``data.make_datasets(config)``, held to the contract: every command's data."""
+def make_datasets(config: Config) -> tuple[Dataset, Dataset, int, Dataset | None]:
+    """``data.make_datasets(config)``, held to the contract: every command's data, the test
+    set None where there is none."""
     check_functions()
     check_flags(config)
     made: object = data.make_datasets(config)
-    if not (isinstance(made, tuple) and len(made) == 3):
-        raise SeamError("data.py", "make_datasets must return (train_set, val_set, num_outputs)")
-    train_set, val_set, count = made
+    if not (isinstance(made, tuple) and len(made) in (3, 4)):
+        message = "make_datasets must return (train_set, val_set, num_outputs[, test_set])"
+        raise SeamError("data.py", message)
+    train_set, val_set, count, test_set = made if len(made) == 4 else (*made, None)
     num_outputs = integer(count)
     if num_outputs is None or num_outputs < 1:
         raise SeamError("data.py", f"num_outputs must be an int of at least 1, got {count!r}")
-    for split, dataset in (("train_set", train_set), ("val_set", val_set)):
+    named = {"train_set": train_set, "val_set": val_set, "test_set": test_set}
+    for split, dataset in named.items():
+        if dataset is None and split == "test_set":
+            continue
         if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
             raise SeamError("data.py", f"{split} must be a map-style dataset (len() and [index])")
         if len(dataset) == 0:
             raise SeamError("data.py", f"{split} is empty: give it samples")
         check_sample(dataset[0], f"{split}[0]", num_outputs)
     check_augment(train_set[0], num_outputs)
-    return train_set, val_set, num_outputs
+    return train_set, val_set, num_outputs, test_set
 
 
 def check_sample(sample: object, where: str, num_outputs: int) -> None:
