@@ -116,9 +116,8 @@ def make_datasets(config: Config) -> tuple[Dataset, Dataset, int, Dataset | None
     num_outputs = integer(count)
     if num_outputs is None or num_outputs < 1:
         raise SeamError("data.py", f"num_outputs must be an int of at least 1, got {count!r}")
-    named = {"train_set": train_set, "val_set": val_set, "test_set": test_set}
-    for split, dataset in named.items():
-        if dataset is None and split == "test_set":
+    for split, dataset in (("train_set", train_set), ("val_set", val_set), ("test_set", test_set)):
+        if dataset is None and split == "test_set":  # optional
             continue
         if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
             raise SeamError("data.py", f"{split} must be a map-style dataset (len() and [index])")
