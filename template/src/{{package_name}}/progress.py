@@ -65,8 +65,7 @@ class Progress:
 
     def epoch(self, record: dict) -> None:
         """End the epoch: print its record."""
-        fields = (f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items())
-        self.line(" ".join(fields))
+        self.line(shown(record))
         self.start, self.loss = None, None
 
     def _draw(self, text: str) -> None:
@@ -81,6 +80,12 @@ class Progress:
         if self.shown:
             self.stream.write("\r" + " " * len(self.shown) + "\r")
             self.shown = ""
+
+
+def shown(record: dict) -> str:
+    """A record as ``key=value`` fields, its floats to 4 significant digits."""
+    fields = (f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items())
+    return " ".join(fields)
 
 
 def _duration(seconds: float) -> str:
